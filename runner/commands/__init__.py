@@ -1,0 +1,1 @@
+"""What each CLI subcommand prints; cli.py parses and dispatches."""

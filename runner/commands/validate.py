@@ -1,0 +1,40 @@
+"""`runner validate`: a summary of what the experiment would run."""
+from __future__ import annotations
+
+from runner import console
+from runner.errors import display_path
+from runner.plan import data_root
+from runner.validate import Validated
+
+
+def print_validated(v: Validated) -> None:
+    cfg = v.config
+    root = data_root(cfg.data)
+    if cfg.data.loader == "synthetic":
+        data = "random tensors on the device (no files)"
+    elif cfg.data.root:
+        data = f"{cfg.data.root}" + ("" if root.is_dir() else " (not found here)")
+    else:
+        data = f"synthetic JPEGs in {root}" + (" (generated)" if root.is_dir() else " (generated at launch)")
+    rows = [
+        ["model", f"{cfg.model.name} ({cfg.model.num_classes} classes)"],
+        ["optimizer", f"{cfg.optimizer.name}, lr {cfg.optimizer.lr:g}, weight decay {cfg.optimizer.weight_decay:g}"],
+        ["schedule", f"{cfg.scheduler.name}, warm-up {cfg.scheduler.warmup_epochs:g} epochs"],
+        ["trainer", f"{cfg.trainer.epochs} epochs" + (f", at most {cfg.trainer.max_steps} steps"
+                                                         if cfg.trainer.max_steps else "")
+         + f", {cfg.trainer.precision}" + (", channels_last" if cfg.trainer.channels_last else "")
+         + (", torch.compile" if cfg.trainer.compile else "")],
+        ["devices", f"{v.processes} x {v.target.accelerator}" + (f" on each of {cfg.trainer.nnodes} nodes"
+                                                                 if cfg.trainer.nnodes > 1 else "")],
+        ["loader", f"{cfg.data.loader}, batch {cfg.data.batch_size} per process"],
+        ["data", data],
+    ]
+    for role, g in v.graphs.items():
+        rows.append([f"{role} pipeline", f"{g.graph.name} ({display_path(g.graph.file) if not isinstance(g.graph.file, str) else g.graph.file}): "
+                     f"{len(g.steps)} steps -> {', '.join(o.name for o in g.outputs)}; {g.target}"
+                     + (", conditionals" if g.conditionals else "")])
+    rows.append(["tracking", (cfg.tracking.uri or "$MLFLOW_TRACKING_URI or ./mlflow.db") + f", experiment "
+                 f"'{cfg.tracking.experiment}'" if cfg.tracking.enabled else "off"])
+    console.out.print(f"[green]OK[/] {display_path(v.loaded.path)}" +
+                      (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else ""))
+    console.out.print(console.table(None, ["", ""], rows, justify_numbers=False))

@@ -1,0 +1,214 @@
+"""Load an experiment: YAML + includes + `key.path=value` overrides -> typed `Experiment`.
+
+Precedence, lowest first: the schema's defaults, the experiment file, its `include:` files (in
+order; `runner tune` writes one), command-line overrides. `${...}` interpolation (and
+`${oc.env:VAR}`) is resolved after all of them are merged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.config.sections import Experiment, PipelineConfig
+from runner.config.yamlfile import YamlFile
+from runner.errors import ConfigError, did_you_mean, list_names
+from runner.typed import build
+
+PIPELINE_ROLES = ("train", "eval")
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class PipelineSource:
+    """One pipeline graph as written: where its steps are, and its parameter values."""
+    role: str                          # train | eval
+    name: str                          # file stem in pipelines/, or "inline"
+    file: Path                         # the file holding the steps
+    steps_key: str                     # key path of the steps list in that file
+    steps: tuple[str, ...]
+    step_lines: tuple[int | None, ...]
+    outputs: tuple[str, ...]
+    outputs_line: int | None
+    params: dict[str, Any]             # declared params, experiment overrides applied
+    explicit_params: frozenset[str]    # the ones the experiment (or command line) set
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class LoadedExperiment:
+    config: Experiment
+    path: Path
+    resolved: dict[str, Any]           # the merged, resolved YAML: what a re-run needs
+    overrides: tuple[str, ...] = ()
+    pipelines: dict[str, PipelineSource] = field(default_factory=dict)
+    locate: Callable[[str], tuple[Any, int | None]] = lambda key: (None, None)
+
+    def where(self, key: str) -> dict[str, Any]:
+        """file/line/where keyword arguments for an error about `key`."""
+        file, line = self.locate(key)
+        return {"file": file, "line": line, "where": key}
+
+
+@dataclass(frozen=True, kw_only=True)
+class _PipelineFile:
+    description: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    steps: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+
+class _Sources:
+    """Which file (or override) set each key, for error messages."""
+
+    def __init__(self, files: list[YamlFile], overrides: list[tuple[str, str]]):
+        self.files, self.overrides = files, overrides
+
+    def __call__(self, key: str) -> tuple[Any, int | None]:
+        for ov_key, text in reversed(self.overrides):
+            if key == ov_key or key.startswith(ov_key + ".") or key.startswith(ov_key + "["):
+                return f"command line '{text}'", None
+        for f in reversed(self.files):
+            line, exact = f.find(key)
+            if exact:
+                return f.path, line
+        return self.files[0].path, self.files[0].line(key)
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"'{text}' is not an override; write key.path=value, for example "
+                          "optimizer.lr=0.05 or trainer.max_steps=100.", file="command line")
+    try:
+        parsed = OmegaConf.from_dotlist([f"x={value}"])["x"]
+        parsed = OmegaConf.to_container(parsed) if OmegaConf.is_config(parsed) else parsed
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot parse the value of '{text}': {e}.", file="command line") from None
+    return key, parsed
+
+
+def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedExperiment:
+    """Read, merge, override, resolve and type-check an experiment file and its pipelines."""
+    path = Path(path)
+    main = YamlFile(path, "experiment file")
+    files = [main] + _includes(main)
+    parsed = [_parse_override(o) for o in overrides]
+    locate = _Sources(files, [(k, text) for (k, _), text in zip(parsed, overrides)])
+
+    merged = OmegaConf.merge(*(f.config for f in files))
+    merged.pop("include", None)
+    for key, value in parsed:
+        try:
+            OmegaConf.update(merged, key, value, merge=True, force_add=True)
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"cannot apply override: {e.msg if hasattr(e, 'msg') else e}.",
+                              file=f"command line '{key}'") from None
+    try:
+        resolved = OmegaConf.to_container(merged, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        file, line = locate(key)
+        raise ConfigError(f"cannot resolve interpolation: {getattr(e, 'msg', e)}.",
+                          file=file, line=line, where=key) from None
+    config = build(Experiment, resolved, "", locate)
+    pipelines = {role: _pipeline(role, getattr(config.pipelines, role), path, locate)
+                 for role in PIPELINE_ROLES
+                 if getattr(config.pipelines, role) is not None and config.data.loader == "dali"}
+    return LoadedExperiment(config=config, path=path, resolved=resolved,
+                            overrides=tuple(overrides), pipelines=pipelines, locate=locate)
+
+
+def _includes(main: YamlFile) -> list[YamlFile]:
+    names = main.config.get("include") or []
+    if isinstance(names, str):
+        names = [names]
+    if not all(isinstance(n, str) for n in names):
+        raise ConfigError("include must be a file path or a list of file paths.",
+                          file=main.path, line=main.line("include"), where="include")
+    return [YamlFile(main.path.parent / n, f"included file (from {main.path.name})") for n in names]
+
+
+def pipeline_search_path(experiment: Path) -> list[Path]:
+    """Where `use: NAME` looks for pipelines/NAME.yaml, first match wins."""
+    dirs = [experiment.resolve().parent.parent / "pipelines", Path.cwd() / "pipelines",
+            PACKAGE_ROOT / "pipelines"]
+    unique: list[Path] = []
+    for d in dirs:
+        if d.resolve() not in unique:
+            unique.append(d.resolve())
+    return unique
+
+
+def find_pipeline(use: str, experiment: Path) -> Path | None:
+    if use.endswith((".yaml", ".yml")) or "/" in use:
+        for base in (experiment.parent, Path.cwd()):
+            if (base / use).is_file():
+                return base / use
+        return None
+    for d in pipeline_search_path(experiment):
+        if (d / f"{use}.yaml").is_file():
+            return d / f"{use}.yaml"
+    return None
+
+
+def available_pipelines(experiment: Path) -> list[str]:
+    return sorted({p.stem for d in pipeline_search_path(experiment) if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def _pipeline(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:
+    key = f"pipelines.{role}"
+    if spec.use and spec.steps is not None:
+        raise _error(locate, f"{key}.steps", f"set either '{key}.use' (a pipeline file) or '{key}.steps' "
+                                              "(an inline graph), not both.")
+    if spec.use:
+        return _pipeline_from_file(role, spec, experiment, locate)
+    if spec.steps is None:
+        raise _error(locate, key, f"no pipeline: set '{key}.use' to one of "
+                                  f"{list_names(available_pipelines(experiment), 30)}, or write '{key}.steps'.")
+    file = locate(f"{key}.steps")[0]
+    line_of = lambda k: locate(k)[1]  # noqa: E731
+    return PipelineSource(
+        role=role, name="inline", file=file, steps_key=f"{key}.steps", steps=tuple(spec.steps),
+        step_lines=tuple(line_of(f"{key}.steps[{i}]") for i in range(len(spec.steps))),
+        outputs=tuple(spec.outputs or ()), outputs_line=line_of(f"{key}.outputs"),
+        params=dict(spec.params), explicit_params=frozenset(spec.params), description=spec.description)
+
+
+def _pipeline_from_file(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:
+    key = f"pipelines.{role}"
+    path = find_pipeline(spec.use, experiment)
+    if path is None:
+        searched = ", ".join(str(d) for d in pipeline_search_path(experiment))
+        names = available_pipelines(experiment)
+        raise _error(locate, f"{key}.use", f"pipeline '{spec.use}' not found (looked in {searched}).{did_you_mean(spec.use, names)} "
+                                           f"Available pipelines: {list_names(names, 30) or 'none'}.")
+    if spec.outputs is not None:
+        raise _error(locate, f"{key}.outputs", f"outputs belong to the pipeline file {path.name}; "
+                                               f"with '{key}.use' set only params can be overridden.")
+    src = YamlFile(path, "pipeline file")
+    try:
+        data = OmegaConf.to_container(src.config, resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot resolve interpolation: {getattr(e, 'msg', e)}.", file=path) from None
+    body = build(_PipelineFile, data, "", lambda k: (path, src.line(k)))
+    for name in spec.params:
+        if name not in body.params:
+            raise _error(locate, f"{key}.params.{name}",
+                         f"pipeline '{spec.use}' has no parameter '{name}'.{did_you_mean(name, body.params)} "
+                         f"Its parameters: {list_names(body.params, 40) or 'none'}.")
+    return PipelineSource(
+        role=role, name=path.stem, file=path, steps_key="steps", steps=tuple(body.steps),
+        step_lines=tuple(src.line(f"steps[{i}]") for i in range(len(body.steps))),
+        outputs=tuple(body.outputs), outputs_line=src.line("outputs"),
+        params={**body.params, **spec.params}, explicit_params=frozenset(spec.params),
+        description=body.description)
+
+
+def _error(locate: _Sources, key: str, message: str) -> ConfigError:
+    file, line = locate(key)
+    return ConfigError(message, file=file, line=line, where=key)

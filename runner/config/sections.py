@@ -1,0 +1,151 @@
+"""The experiment schema: one frozen dataclass per YAML section.
+
+Field comments are the documentation users see in `runner validate --explain`-style errors, so
+they say what a value means, not how it is used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from runner.typed import bounded
+
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    name: str = "resnet50"                      # a name from `runner models`
+    num_classes: int = bounded(1000, ge=1)
+    # extra keyword arguments of the torchvision constructor (dropout, ...), checked against it
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    name: str = "sgd"                           # sgd | adamw
+    lr: float = bounded(0.1, gt=0)              # for a global batch of `lr_reference_batch`
+    lr_reference_batch: int | None = bounded(None, ge=1)  # linear scaling rule; null: lr as written
+    momentum: float = bounded(0.9, ge=0, lt=1)
+    nesterov: bool = False
+    weight_decay: float = bounded(1e-4, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = bounded(1e-8, gt=0)
+    no_decay_on_norm_and_bias: bool = True      # the usual ResNet recipe: no decay on BN and biases
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    name: str = "cosine"                        # constant | step | cosine | onecycle
+    warmup_epochs: float = bounded(0.0, ge=0)   # linear warm-up before the schedule
+    warmup_start_factor: float = bounded(0.1, gt=0, le=1)
+    step_epochs: int = bounded(30, ge=1)        # step: decay every this many epochs
+    gamma: float = bounded(0.1, gt=0, le=1)     # step: decay factor
+    min_lr_factor: float = bounded(0.0, ge=0, le=1)  # cosine: floor, as a fraction of the peak lr
+    pct_start: float = bounded(0.3, gt=0, lt=1)  # onecycle: share of steps spent rising
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerConfig:
+    epochs: int = bounded(1, ge=1)
+    max_steps: int | None = bounded(None, ge=1)  # stop after this many optimizer steps in all
+    accelerator: Literal["auto", "cpu", "gpu"] = "auto"  # gpu: fail when the machine has none
+    devices: int | Literal["auto"] = "auto"     # processes on this node: every GPU, or 1 on CPU
+    precision: Precision = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+    deterministic: bool = False
+    label_smoothing: float = bounded(0.0, ge=0, lt=1)
+    grad_clip_norm: float | None = bounded(None, gt=0)
+    log_every_n_steps: int = bounded(20, ge=1)
+    eval_every_n_epochs: int = bounded(1, ge=1)
+    checkpoint_dir: str = "checkpoints"
+    # multi-node: passed to torchrun's rendezvous
+    nnodes: int = bounded(1, ge=1)
+    node_rank: int = bounded(0, ge=0)
+    rdzv_endpoint: str | None = None            # HOST:PORT of node 0
+    rdzv_backend: str = "c10d"
+    rdzv_id: str = "runner"
+    max_restarts: int = bounded(0, ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthConfig:
+    """The generated dataset used when `data.root` is unset (`runner data synth`)."""
+    dir: str = "data/synth"
+    classes: int = bounded(10, ge=2)
+    per_class: int = bounded(100, ge=1)
+    eval_per_class: int = bounded(20, ge=1)
+    min_side: int = bounded(400, ge=16)
+    max_side: int = bounded(640, ge=16)
+    quality: int = bounded(90, ge=1, le=100)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchvisionConfig:
+    """The baseline loader: transforms written as calls, e.g. "RandomResizedCrop(224)"."""
+    train: list[str] = field(default_factory=lambda: [
+        "RandomResizedCrop(224)", "RandomHorizontalFlip()", "ToTensor()",
+        "Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])"])
+    eval: list[str] = field(default_factory=lambda: [
+        "Resize(256)", "CenterCrop(224)", "ToTensor()",
+        "Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])"])
+    num_workers: int | Literal["auto"] = "auto"  # auto: CPU cores per process - 1
+    pin_memory: bool = True
+    prefetch_factor: int = bounded(4, ge=1)
+    persistent_workers: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    loader: Literal["dali", "torchvision", "synthetic"] = "dali"
+    root: str | None = None                     # ImageFolder root holding the two splits
+    train_split: str = "train"
+    eval_split: str = "val"
+    batch_size: int = bounded(256, ge=1)        # per process
+    eval_batch_size: int | None = bounded(None, ge=1)
+    num_threads: int | Literal["auto"] = "auto"  # DALI CPU threads per process
+    prefetch: int = bounded(2, ge=1)            # DALI prefetch queue depth
+    image_size: int = bounded(224, ge=8)        # synthetic loader's images
+    skip_list: str | None = None                # file of paths to leave out (`runner data check`)
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    torchvision: TorchvisionConfig = field(default_factory=TorchvisionConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    """A pipeline graph: a file from pipelines/ (`use`) with `params` overridden, or inline steps."""
+    use: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    steps: list[str] | None = None
+    outputs: list[str] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelinesConfig:
+    train: PipelineConfig = field(default_factory=PipelineConfig)
+    eval: PipelineConfig | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackingConfig:
+    enabled: bool = True
+    uri: str | None = None                      # null: $MLFLOW_TRACKING_URI, else ./mlflow.db
+    experiment: str = "runner"
+    run_name: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Experiment:
+    name: str = ""
+    description: str = ""
+    seed: int = bounded(0, ge=0)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    pipelines: PipelinesConfig = field(default_factory=PipelinesConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)

@@ -1,0 +1,33 @@
+"""The terminal: one rich console for output, one for errors, and the few shapes we print."""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+out = Console(soft_wrap=True, highlight=False)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def error(message: str) -> None:
+    """One paragraph, no traceback: the shape of every user-facing failure."""
+    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+
+
+def note(message: str) -> None:
+    err.print(f"[yellow]note:[/] {message}", markup=True, highlight=False)
+
+
+def table(title: str | None, columns: list[str], rows: list[list], *, justify_numbers: bool = True) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", show_header=any(columns))
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if justify_numbers and i > 0 else "left")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+def interactive() -> bool:
+    """True when stdout is a terminal a person watches (live bars), False for logs and pipes."""
+    return sys.stdout.isatty() and out.is_terminal

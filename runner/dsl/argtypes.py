@@ -1,0 +1,105 @@
+"""Literal argument values against the DALI argument types named in the schemas."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+ENUM_OF_TYPE = {"DATA_TYPE": "DALIDataType", "_DATA_TYPE_VEC": "DALIDataType",
+                "IMAGE_TYPE": "DALIImageType", "INTERP_TYPE": "DALIInterpType"}
+ENUM_WORDS = {"DALIDataType": "a data type", "DALIImageType": "an image type",
+              "DALIInterpType": "an interpolation type"}
+_INTS = {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"}
+_FLOATS = {"FLOAT", "FLOAT16", "FLOAT64"}
+
+
+@functools.cache
+def enum_members() -> dict[str, tuple[str, ...]]:
+    """Enum kind -> member names, as DALI defines them (FLOAT, RGB, INTERP_LINEAR, ...)."""
+    from nvidia.dali import types
+
+    out = {}
+    for kind in ("DALIDataType", "DALIImageType", "DALIInterpType"):
+        members = getattr(types, kind).__members__
+        out[kind] = tuple(n for n in members if not n.startswith("_"))
+    # data types that tensors hold, most used first; DALIDataType also names argument kinds
+    numeric = ("FLOAT", "UINT8", "FLOAT16", "INT32", "INT64", "FLOAT64", "INT8", "INT16", "UINT16", "UINT32",
+               "UINT64", "BOOL")
+    out["DALIDataType"] = tuple(n for n in numeric if n in out["DALIDataType"])
+    return out
+
+
+def enum_default_name(dali_type: str, default: str | None) -> str | None:
+    """DALI prints enum defaults as numbers ("1"); show the member name (INTERP_LINEAR)."""
+    kind = ENUM_OF_TYPE.get(dali_type)
+    if kind is None or default is None or not default.lstrip("-").isdigit():
+        return default
+    from nvidia.dali import types
+
+    try:
+        return getattr(types, kind)(int(default)).name
+    except (ValueError, TypeError):
+        return default
+
+
+def enum_kind_of(name: str) -> str | None:
+    """Which enum a bare constant name belongs to, if any (first match)."""
+    for kind, names in enum_members().items():
+        if name in names:
+            return kind
+    return None
+
+
+def enum_value(kind: str, name: str) -> Any:
+    from nvidia.dali import types
+
+    return getattr(getattr(types, kind), name)
+
+
+def describe_type(dali_type: str) -> str:
+    """A DALI argument type in words, with examples of valid values."""
+    vec = dali_type.startswith("_") and dali_type.endswith("_VEC")
+    base = dali_type[1:-4] if vec else dali_type
+    if base in ENUM_OF_TYPE or dali_type in ENUM_OF_TYPE:
+        kind = ENUM_OF_TYPE.get(dali_type) or ENUM_OF_TYPE[base]
+        names = ", ".join(enum_members()[kind][:8])
+        words = f"{ENUM_WORDS[kind]} ({names}, ...)"
+    elif base == "BOOL":
+        words = "True or False"
+    elif base in _INTS:
+        words = ("a non-negative " if base.startswith("U") else "an ") + "integer"
+    elif base in _FLOATS:
+        words = "a number"
+    elif base in ("STRING", "TENSOR_LAYOUT"):
+        words = "a string" + (' such as "CHW"' if base == "TENSOR_LAYOUT" else "")
+    else:
+        words = base.lower() or "a value"
+    return f"{words} or a list of them" if vec else words
+
+
+def literal_problem(value: Any, dali_type: str) -> str | None:
+    """Why `value` does not fit `dali_type`, or None when it does. Enums are checked elsewhere."""
+    if not dali_type or dali_type in ENUM_OF_TYPE:
+        return None
+    vec = dali_type.startswith("_") and dali_type.endswith("_VEC")
+    base = dali_type[1:-4] if vec else dali_type
+    values = value if vec and isinstance(value, (list, tuple)) else [value]
+    if not vec and isinstance(value, (list, tuple)):
+        return f"takes a single value ({describe_type(dali_type)}), not a list"
+    for v in values:
+        if not _fits(v, base):
+            return f"takes {describe_type(dali_type)}; got {v!r}"
+    return None
+
+
+def _fits(v: Any, base: str) -> bool:
+    if base == "BOOL":
+        return isinstance(v, bool)
+    if base in _INTS:
+        return isinstance(v, int) and not isinstance(v, bool) and (v >= 0 or not base.startswith("U"))
+    if base in _FLOATS:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if base in ("STRING", "TENSOR_LAYOUT"):
+        return isinstance(v, str)
+    if base == "PYTHON_OBJECT":
+        return False
+    return True

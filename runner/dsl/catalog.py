@@ -1,0 +1,183 @@
+"""The operators the DSL accepts, read from DALI's own schema registry (`nvidia.dali.backend`).
+
+Every `fn.*` operator that DALI registers in C++ is here, under its `fn` name, with its devices,
+input counts and typed arguments. Python-level helpers that take callables (python_function,
+external_source) are left out on purpose: a YAML file must not name code. The automatic
+augmentation policies (`auto_aug.*`), which are Python functions over DALI operators, are added
+by hand with signatures read from the functions themselves.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from runner.errors import ConfigError, closest, did_you_mean, list_names
+
+# Arguments the runner owns: it injects them from the global rank (see dsl.placement).
+RUNNER_OWNED = {"shard_id": "the global rank", "num_shards": "the world size"}
+# Registered in C++ but fed by Python callables: never reachable from a YAML file.
+EXCLUDED = {"external_source"}
+# Accepted by every operator although no schema lists them.
+COMMON_ARGS = ("device", "name")
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    name: str
+    type: str                 # DALIDataType name: FLOAT, _INT32_VEC, IMAGE_TYPE, ...; "" if unknown
+    default: str | None       # as DALI prints it; None when the argument has no default
+    required: bool
+    tensor: bool              # may be fed a stream (an "argument input")
+    doc: str = ""
+    deprecated: bool = False
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    name: str                 # fn name: "decoders.image_random_crop"
+    schema: str               # "decoders__ImageRandomCrop", or the Python function for auto_aug
+    backends: tuple[str, ...]  # cpu, gpu, mixed
+    min_inputs: int
+    max_inputs: int
+    args: dict[str, ArgInfo] = field(default_factory=dict)
+    doc: str = ""
+    is_reader: bool = False
+    python: bool = False      # an auto_aug policy: a Python function, needs conditionals
+
+    @property
+    def cpu(self) -> bool:
+        return "cpu" in self.backends
+
+
+def _schema_op(schema_name: str, fn_module: Any) -> OpInfo | None:
+    from nvidia.dali import backend
+
+    s = backend.GetSchema(schema_name)
+    if s.IsInternal() or s.IsDocHidden() or s.IsDeprecated() or schema_name.startswith("_"):
+        return None
+    snake = fn_module._to_snake_case(s.OperatorName())
+    name = ".".join([*s.ModulePath(), snake])
+    target = fn_module
+    for part in name.split("."):  # keep only what `nvidia.dali.fn` really exposes
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    args = {}
+    for a in s.GetArgumentNames():
+        has_default = s.HasArgumentDefaultValue(a)
+        args[a] = ArgInfo(
+            name=a, type=s.GetArgumentType(a).name,
+            default=s.GetArgumentDefaultValueString(a) if has_default else None,
+            required=not s.IsArgumentOptional(a), tensor=s.IsTensorArgument(a),
+            doc=_safe(s.GetArgumentDox, a), deprecated=s.IsDeprecatedArg(a))
+    backends = tuple(b for b in ("cpu", "gpu", "mixed") if b in s.GetSupportedBackends())
+    return OpInfo(name=name, schema=schema_name, backends=backends, min_inputs=s.MinNumInput(),
+                  max_inputs=s.MaxNumInput(), args=args, doc=_safe(s.Dox),
+                  is_reader=name.startswith("readers.") or "readers." in name)
+
+
+def _safe(fn: Callable, *args) -> str:
+    try:
+        return fn(*args)
+    except RuntimeError:  # some schemas carry no documentation
+        return ""
+
+
+def _auto_aug_ops() -> dict[str, OpInfo]:
+    from nvidia.dali.auto_aug import auto_augment, rand_augment, trivial_augment
+
+    funcs = {
+        "auto_aug.rand_augment": rand_augment.rand_augment,
+        "auto_aug.trivial_augment_wide": trivial_augment.trivial_augment_wide,
+        "auto_aug.auto_augment_image_net": auto_augment.auto_augment_image_net,
+        "auto_aug.auto_augment": auto_augment.auto_augment,
+    }
+    ops = {}
+    for name, func in funcs.items():
+        params = list(inspect.signature(func).parameters.values())[1:]  # first one is the data
+        args = {p.name: ArgInfo(name=p.name, type="", required=p.default is inspect.Parameter.empty,
+                                default=None if p.default is inspect.Parameter.empty else repr(p.default),
+                                tensor=p.name == "shape", doc=_annotation(p))
+                for p in params}
+        ops[name] = OpInfo(name=name, schema=f"{func.__module__}.{func.__name__}", backends=("cpu", "gpu"),
+                           min_inputs=1, max_inputs=1, args=args,
+                           doc=(inspect.getdoc(func) or "").split("\n\n")[0], python=True)
+    return ops
+
+
+def _annotation(p: inspect.Parameter) -> str:
+    return "" if p.annotation is inspect.Parameter.empty else inspect.formatannotation(p.annotation)
+
+
+class Catalog:
+    """Name -> OpInfo for every operator the DSL accepts."""
+
+    def __init__(self, ops: dict[str, OpInfo]):
+        self.ops = ops
+
+    def names(self) -> list[str]:
+        return sorted(self.ops)
+
+    def get(self, name: str) -> OpInfo | None:
+        return self.ops.get(name)
+
+    def suggest(self, name: str) -> str | None:
+        """The operator a misspelt or unqualified name most likely meant."""
+        leaf = name.split(".")[-1]
+        same_leaf = [n for n in self.names() if n.split(".")[-1] == leaf]
+        if same_leaf:  # "coin_flip" -> "random.coin_flip"
+            return same_leaf[0]
+        guess = closest(name, self.ops)
+        if guess:
+            return guess
+        leaf_guess = closest(leaf, [n.split(".")[-1] for n in self.ops])
+        return next((n for n in self.names() if n.split(".")[-1] == leaf_guess), None)
+
+    def unknown_message(self, name: str) -> str:
+        guess = self.suggest(name)
+        hint = f" Did you mean '{guess}'?" if guess else ""
+        return (f"unknown operator '{name}'.{hint} Operators are DALI's fn names, such as "
+                f"readers.file, decoders.image, resize, crop_mirror_normalize, random.coin_flip; "
+                f"`runner ops` lists all {len(self.ops)}.")
+
+    def fn(self, op: OpInfo) -> Callable:
+        """The DALI callable for a checked operator (the name came from this catalog, not from YAML)."""
+        if op.python:
+            import importlib
+            module, func = op.schema.rsplit(".", 1)
+            return getattr(importlib.import_module(module), func)
+        from nvidia.dali import fn
+        target: Any = fn
+        for part in op.name.split("."):
+            target = getattr(target, part)
+        return target
+
+
+@functools.cache
+def load_catalog() -> Catalog:
+    """All operators of the installed DALI (cached: building it takes ~0.1 s)."""
+    try:
+        from nvidia.dali import backend, fn
+    except ImportError as e:
+        raise ConfigError(
+            "NVIDIA DALI is not installed, so pipelines cannot be checked or built. Install runner with "
+            "the DALI extra that matches torch's CUDA: pip install -e '.[cuda13]' (or '.[cuda12]'). "
+            f"({e})", file="runner") from None
+    names = set(backend.RegisteredCPUOps()) | set(backend.RegisteredGPUOps()) | set(backend.RegisteredMixedOps())
+    ops = {}
+    for schema_name in sorted(names):
+        op = _schema_op(schema_name, fn)
+        if op is not None and op.name not in EXCLUDED:
+            ops[op.name] = op
+    ops.update(_auto_aug_ops())
+    return Catalog(ops)
+
+
+def describe_arg_names(op: OpInfo) -> str:
+    return list_names([a for a in op.args if not op.args[a].deprecated] + ["device", "name"], limit=30)
+
+
+__all__ = ["ArgInfo", "Catalog", "OpInfo", "load_catalog", "RUNNER_OWNED", "COMMON_ARGS",
+           "describe_arg_names", "did_you_mean"]

@@ -1,0 +1,349 @@
+"""Check a parsed graph against DALI's schemas and resolve it for one target (cpu or gpu).
+
+Errors are one paragraph: file, line, step (number and text), what is wrong, what is valid.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from runner.dsl import argtypes
+from runner.dsl.catalog import RUNNER_OWNED, Catalog, OpInfo, describe_arg_names, load_catalog
+from runner.dsl.checked import Arg, CheckedGraph, CheckedStep, Enum, Lit, OpNode, Stream
+from runner.dsl.graph import Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
+from runner.errors import ConfigError, did_you_mean, list_names
+
+DEVICES = ("cpu", "gpu", "mixed")
+_FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+         "//": operator.floordiv, "%": operator.mod, "**": operator.pow}
+
+
+class _Checker:
+    def __init__(self, graph: Graph, catalog: Catalog, target: str, rank: int, world: int, seed: int):
+        self.g, self.cat, self.target = graph, catalog, target
+        self.rank, self.world, self.seed = rank, world, seed
+        self.live: dict[str, tuple[int, bool]] = {}  # name -> (defining step, on GPU)
+        self.used: set[tuple[str, int]] = set()
+        self.defs: list[tuple[str, int]] = []
+        self.moved: list[int] = []
+        self.readers: list[str] = []
+        self.conditionals = False
+        self.step: Step | None = None
+
+    # -- errors -------------------------------------------------------------------------------
+    def fail(self, message: str, step: Step | None = None) -> ConfigError:
+        step = step or self.step
+        if step is None:
+            return ConfigError(message, file=self.g.file, line=self.g.outputs_line, where="outputs")
+        return ConfigError(message, file=self.g.file, line=step.line, where=step.label())
+
+    # -- graph --------------------------------------------------------------------------------
+    def run(self) -> CheckedGraph:
+        checked = []
+        for step in self.g.steps:
+            self.step = step
+            node = self.op_call(step.call)
+            out_gpu = node.device in ("gpu", "mixed")
+            for name in step.targets:
+                self._assign(name, step, out_gpu)
+            checked.append(CheckedStep(step, node))
+        self.step = None
+        outputs = self._outputs()
+        self._unused()
+        return CheckedGraph(graph=self.g, steps=tuple(checked), outputs=outputs, target=self.target,
+                            conditionals=self.conditionals,
+                            reader_name=self.readers[0] if self.readers else None,
+                            moved_to_cpu=tuple(self.moved),
+                            symbols={"shard_id": self.rank, "num_shards": self.world})
+
+    def _assign(self, name: str, step: Step, gpu: bool) -> None:
+        if name in self.live:
+            prev = self.live[name][0]
+            if (name, prev) not in self.used and not name.startswith("_"):
+                raise self.fail(f"'{name}' is assigned again before its value from step {prev} was used; "
+                                f"use it first, give one of them another name, or remove step {prev}.")
+        self.live[name] = (step.index, gpu)
+        self.defs.append((name, step.index))
+
+    def _outputs(self) -> tuple[Stream, ...]:
+        if not self.g.outputs:
+            raise self.fail("the pipeline has no outputs; list the streams it returns, for example "
+                            "`outputs: [images, labels]`.")
+        outs = []
+        for out in self.g.outputs:
+            name = out.stream.id if isinstance(out, Gpu) else out.id
+            if name not in self.live:
+                raise self.fail(f"output '{name}' is not a stream of this pipeline.{did_you_mean(name, self.live)} "
+                                f"Streams: {list_names(self.live) or 'none'}.")
+            self.used.add((name, self.live[name][0]))
+            outs.append(Stream(name, gpu=isinstance(out, Gpu) and self.target == "gpu"))
+        return tuple(outs)
+
+    def _unused(self) -> None:
+        for name, index in self.defs:
+            if (name, index) not in self.used and not name.startswith("_"):
+                step = self.g.steps[index - 1]
+                raise self.fail(f"stream '{name}' is never used; use it in a later step, list it in outputs, "
+                                f"or name it _{name} to discard it.", step)
+
+    # -- operators ----------------------------------------------------------------------------
+    def op_call(self, call: Call) -> OpNode:
+        op = self.cat.get(call.op)
+        if op is None:
+            raise self.fail(self.cat.unknown_message(call.op))
+        inputs = tuple(self._input(v, op) for v in call.inputs)
+        if not op.min_inputs <= len(inputs) <= op.max_inputs:
+            want = (f"{op.min_inputs}" if op.min_inputs == op.max_inputs
+                    else f"{op.min_inputs} to {op.max_inputs}")
+            raise self.fail(f"{op.name} takes {want} input stream(s), got {len(inputs)}.")
+        device = self._device(call, op, inputs)
+        kwargs, injected = self._kwargs(call, op)
+        if op.python:
+            self.conditionals = True
+        return OpNode(op=op, device=device, inputs=inputs, kwargs=kwargs, injected=injected)
+
+    def _device(self, call: Call, op: OpInfo, inputs: tuple[Arg, ...]) -> str:
+        written = call.kwarg("device")
+        gpu_inputs = [a for a in inputs if self._on_gpu(a)]
+        if written is not None:
+            device = self.literal(written)
+            if device not in DEVICES:
+                raise self.fail(f"device must be one of cpu, gpu, mixed; got {device!r}.")
+            if device not in op.backends:
+                raise self.fail(f"{op.name} has no '{device}' implementation; it runs on: {', '.join(op.backends)}.")
+        else:
+            device = "gpu" if gpu_inputs and "gpu" in op.backends else ("cpu" if op.cpu else op.backends[0])
+        if self.target == "cpu" and device != "cpu":
+            if not op.cpu:
+                raise self.fail(f"{op.name} has no CPU implementation, and this run has no GPU "
+                                f"(it runs on: {', '.join(op.backends)}).")
+            self.moved.append(self.step.index)
+            return "cpu"
+        if gpu_inputs and device == "cpu":
+            src = self._describe(gpu_inputs[0])
+            fix = ("set device=\"gpu\" on this step" if "gpu" in op.backends
+                   else f"{op.name} runs only on the CPU, so move this step before the data goes to the GPU")
+            raise self.fail(f"{src} is on the GPU but this step runs on the CPU, and DALI cannot copy data "
+                            f"back to the CPU; {fix}.")
+        if gpu_inputs and device == "mixed":
+            raise self.fail(f"{op.name} with device=\"mixed\" takes CPU input, but {self._describe(gpu_inputs[0])} "
+                            "is on the GPU.")
+        return device
+
+    def _on_gpu(self, arg: Arg) -> bool:
+        if isinstance(arg, Stream):
+            return arg.gpu or self.live[arg.name][1]
+        return isinstance(arg, OpNode) and arg.device in ("gpu", "mixed")
+
+    def _describe(self, arg: Arg) -> str:
+        if isinstance(arg, Stream):
+            if arg.gpu:
+                return f"'{arg.name}.gpu()'"
+            step = self.g.steps[self.live[arg.name][0] - 1]
+            return f"stream '{arg.name}' (from step {step.index}, {step.call.op} on the GPU)"
+        return f"the output of {arg.op.name}"
+
+    def _kwargs(self, call: Call, op: OpInfo) -> tuple[tuple[tuple[str, Arg], ...], tuple[str, ...]]:
+        out: list[tuple[str, Arg]] = []
+        for key, value in call.kwargs:
+            if key == "device":
+                continue
+            if key in RUNNER_OWNED and op.is_reader:
+                raise self.fail(f"'{key}' is set by the runner from {RUNNER_OWNED[key]}; remove it from the "
+                                "pipeline (sharding is injected into every reader).")
+            if key == "name":
+                name = self.literal(value)
+                if not isinstance(name, str):
+                    raise self.fail(f"name must be a string; got {name!r}.")
+                out.append((key, Lit(name, value)))
+                continue
+            info = op.args.get(key)
+            if info is None:
+                raise self.fail(f"unknown argument '{key}'. {op.name} takes: {describe_arg_names(op)}."
+                                f"{did_you_mean(key, op.args)}")
+            out.append((key, self._arg(value, op, info)))
+        given = {k for k, _ in call.kwargs}
+        missing = [a for a, info in op.args.items() if info.required and a not in given]
+        if missing:
+            raise self.fail(f"{op.name} needs argument(s): {', '.join(missing)}.")
+        injected = self._inject_reader_args(op, out) if op.is_reader else ()
+        return tuple(out), injected
+
+    def _inject_reader_args(self, op: OpInfo, out: list[tuple[str, Arg]]) -> tuple[str, ...]:
+        given = dict(out)
+        added = []
+        if "name" not in given:
+            out.append(("name", Lit("Reader" if not self.readers else f"Reader{len(self.readers) + 1}")))
+            added.append("name")
+        self.readers.append(dict(out)["name"].value)
+        if "shard_id" in op.args:
+            out += [("shard_id", Lit(self.rank, symbol="shard_id")),
+                    ("num_shards", Lit(self.world, symbol="num_shards"))]
+            added += ["shard_id", "num_shards"]
+            if "pad_last_batch" not in given:
+                out.append(("pad_last_batch", Lit(True)))
+                added.append("pad_last_batch")
+        shuffles = isinstance(given.get("shuffle_after_epoch"), Lit) and given["shuffle_after_epoch"].value
+        if shuffles and "shuffle_after_epoch_seed" in op.args and "shuffle_after_epoch_seed" not in given:
+            # the experiment's seed picks the permutation; every rank draws the same one, so shards stay disjoint
+            out.append(("shuffle_after_epoch_seed", Lit(self.seed)))
+            added.append("shuffle_after_epoch_seed")
+        return tuple(added)
+
+    # -- values -------------------------------------------------------------------------------
+    def _input(self, value: Value, op: OpInfo) -> Arg:
+        if isinstance(value, Call):
+            return self.op_call(value)
+        if isinstance(value, (Name, Gpu)):
+            return self._stream(value)
+        raise self.fail(f"inputs of {op.name} are streams or operator calls; constants go in key=value "
+                        "arguments.")
+
+    def _stream(self, value: Name | Gpu) -> Stream:
+        name = value.stream.id if isinstance(value, Gpu) else value.id
+        if name not in self.live:
+            raise self._undefined(name)
+        self.used.add((name, self.live[name][0]))
+        return Stream(name, gpu=isinstance(value, Gpu) and self.target == "gpu")
+
+    def _arg(self, value: Value, op: OpInfo, info) -> Arg:
+        if isinstance(value, Call):
+            if not info.tensor:
+                raise self.fail(f"argument '{info.name}' of {op.name} takes a constant "
+                                f"({argtypes.describe_type(info.type)}), not an operator output.")
+            return self.op_call(value)
+        if isinstance(value, Gpu) or (isinstance(value, Name) and value.id in self.live):
+            if not info.tensor:
+                raise self.fail(f"argument '{info.name}' of {op.name} takes a constant "
+                                f"({argtypes.describe_type(info.type)}), not the stream '{self._name(value)}'.")
+            return self._stream(value)
+        kind = argtypes.ENUM_OF_TYPE.get(info.type)
+        if kind and isinstance(value, Name):
+            return self._enum(value.id, kind, info, op)
+        lit = self.literal(value)
+        if kind:
+            if isinstance(lit, str) and lit in argtypes.enum_members()[kind] and info.type != "_DATA_TYPE_VEC":
+                return Enum(kind, lit)  # a parameter holding an enum name, e.g. dtype: FLOAT
+            if not isinstance(lit, Enum) and not (isinstance(lit, list) and all(isinstance(x, Enum) for x in lit)):
+                raise self.fail(f"argument '{info.name}' of {op.name} takes {argtypes.describe_type(info.type)}, "
+                                f"written without quotes; got {lit!r}.")
+        problem = argtypes.literal_problem(lit, info.type)
+        if problem:
+            raise self.fail(f"argument '{info.name}' of {op.name} {problem}.")
+        return Lit(lit, value)
+
+    @staticmethod
+    def _name(value: Name | Gpu) -> str:
+        return value.stream.id if isinstance(value, Gpu) else value.id
+
+    def _enum(self, name: str, kind: str, info, op: OpInfo) -> Enum:
+        if name in argtypes.enum_members()[kind]:
+            return Enum(kind, name)
+        other = argtypes.enum_kind_of(name)
+        if other:
+            raise self.fail(f"argument '{info.name}' of {op.name} takes {argtypes.describe_type(info.type)}; "
+                            f"{name} is {argtypes.ENUM_WORDS[other]}.")
+        raise self.fail(f"'{name}' is not {argtypes.ENUM_WORDS[kind]} nor a stream; argument '{info.name}' of "
+                        f"{op.name} takes one of: {', '.join(argtypes.enum_members()[kind])}."
+                        f"{did_you_mean(name, argtypes.enum_members()[kind])}")
+
+    def literal(self, value: Value) -> Any:
+        """A constant's Python value: parameters substituted, arithmetic folded, enums as Enum."""
+        if isinstance(value, Const):
+            return value.value
+        if isinstance(value, Param):
+            if value.name not in self.g.params:
+                raise self.fail(f"unknown parameter ${value.name}.{did_you_mean(value.name, self.g.params)} "
+                                f"Parameters of this pipeline: {list_names(self.g.params) or 'none'} "
+                                "(declare them under `params:`).")
+            return self.g.params[value.name]
+        if isinstance(value, Seq):
+            items = [self.literal(v) for v in value.items]
+            return tuple(items) if value.tuple_ else items
+        if isinstance(value, Arith):
+            left, right = self.literal(value.left), self.literal(value.right)
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (left, right)):
+                raise self.fail(f"arithmetic '{value.op}' needs numbers; got {left!r} and {right!r}.")
+            try:
+                return _FOLD[value.op](left, right)
+            except ZeroDivisionError:
+                raise self.fail("division by zero.") from None
+        if isinstance(value, Name):
+            kind = argtypes.enum_kind_of(value.id)
+            if kind:
+                return Enum(kind, value.id)
+            raise self._undefined(value.id)
+        raise self.fail("expected a constant here, not a stream or an operator call.")
+
+    def _undefined(self, name: str) -> ConfigError:
+        later = next((s for s in self.g.steps if s.index > self.step.index and name in s.targets), None) \
+            if self.step else None
+        if later is not None:
+            cycle = self._cycle(later, name)
+            if cycle:
+                return self.fail(f"cycle: {' -> '.join(cycle)}. A pipeline is a graph without cycles: each step "
+                                 "may only use streams defined by the steps above it.")
+            return self.fail(f"stream '{name}' is used before it is defined (at step {later.index}); "
+                             f"move this step below step {later.index}.")
+        hint = did_you_mean(name, self.live)
+        if name in self.g.params:
+            hint += f" Parameters are written with a dollar sign: ${name}."
+        return self.fail(f"undefined stream '{name}'.{hint} Streams defined so far: "
+                         f"{list_names(self.live) or 'none (the first step must be a reader)'}.")
+
+    def _cycle(self, later: Step, name: str) -> list[str] | None:
+        """The streams of a cycle through the current step and `later` (which defines `name`), if any."""
+        current = self.step
+        defined_by = {}
+        for s in self.g.steps:
+            for t in s.targets:
+                defined_by.setdefault(t, []).append(s)
+        seen: set[int] = set()
+
+        def walk(step: Step, path: list[str]) -> list[str] | None:
+            if step.index in seen:
+                return None
+            seen.add(step.index)
+            for name in _names_used(step.call):
+                for d in defined_by.get(name, []):
+                    if d.index == current.index:
+                        return path + [name]
+                    if d.index > current.index:
+                        found = walk(d, path + [name])
+                        if found:
+                            return found
+            return None
+
+        path = walk(later, [])
+        if not path:
+            return None
+        chain = list(reversed(path))
+        return [*chain, name, chain[0]]
+
+
+def _names_used(call: Call) -> list[str]:
+    out: list[str] = []
+
+    def visit(v: Value) -> None:
+        if isinstance(v, Name):
+            out.append(v.id)
+        elif isinstance(v, Gpu):
+            out.append(v.stream.id)
+        elif isinstance(v, Call):
+            for x in v.inputs:
+                visit(x)
+            for _, x in v.kwargs:
+                visit(x)
+        elif isinstance(v, Seq):
+            for x in v.items:
+                visit(x)
+    visit(call)
+    return out
+
+
+def check_graph(graph: Graph, *, target: str = "gpu", rank: int = 0, world: int = 1, seed: int = 0,
+                catalog: Catalog | None = None) -> CheckedGraph:
+    """Check `graph` against DALI's schemas, placed for `target` and sharded for `rank` of `world`."""
+    if target not in ("cpu", "gpu"):
+        raise ValueError(target)
+    return _Checker(graph, catalog or load_catalog(), target, rank, world, seed).run()

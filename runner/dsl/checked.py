@@ -1,0 +1,60 @@
+"""The checked graph: every name resolved, every operator placed on a device.
+
+`dsl.compile` turns it into DALI calls and `dsl.emit` into Python source; both read only this.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from runner.dsl.catalog import OpInfo
+from runner.dsl.graph import Graph, Step, Value
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    gpu: bool = False              # written `name.gpu()` (and kept: the target has a GPU)
+
+
+@dataclass(frozen=True)
+class Enum:
+    kind: str                      # DALIDataType | DALIImageType | DALIInterpType
+    name: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: Any                     # plain Python value, parameters substituted, arithmetic folded
+    source: Value | None = None    # as written, for emitted code (None: injected by the runner)
+    symbol: str | None = None      # emitted as this identifier (a function parameter) instead
+
+
+@dataclass(frozen=True)
+class OpNode:
+    op: OpInfo
+    device: str
+    inputs: tuple["Arg", ...]
+    kwargs: tuple[tuple[str, "Arg"], ...]
+    injected: tuple[str, ...] = ()  # kwargs the runner added
+
+
+Arg = Union[Stream, Enum, Lit, OpNode]
+
+
+@dataclass(frozen=True)
+class CheckedStep:
+    step: Step
+    node: OpNode
+
+
+@dataclass(frozen=True)
+class CheckedGraph:
+    graph: Graph
+    steps: tuple[CheckedStep, ...]
+    outputs: tuple[Stream, ...]
+    target: str                              # cpu | gpu
+    conditionals: bool                       # auto_aug policies need DALI conditionals
+    reader_name: str | None                  # the reader that defines an epoch
+    moved_to_cpu: tuple[int, ...] = ()       # steps whose device the CPU target changed
+    symbols: dict[str, Any] = field(default_factory=dict)  # emitted function parameters -> values

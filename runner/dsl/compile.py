@@ -1,0 +1,104 @@
+"""A checked graph -> a real DALI pipeline: the same `fn.*` calls, in the same order, so the same
+seed gives the same random draws as the hand-written pipeline."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runner.dsl import argtypes
+from runner.dsl.catalog import load_catalog
+from runner.dsl.checked import Arg, CheckedGraph, Enum, Lit, OpNode, Stream
+from runner.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineArgs:
+    """What `pipeline_def` needs besides the graph; all of it comes from the experiment."""
+    batch_size: int
+    num_threads: int
+    device_id: int | None          # None: CPU-only pipeline
+    seed: int
+    prefetch_queue_depth: int = 2
+    enable_checkpointing: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(batch_size=self.batch_size, num_threads=self.num_threads, device_id=self.device_id,
+                    seed=self.seed, prefetch_queue_depth=self.prefetch_queue_depth,
+                    enable_checkpointing=self.enable_checkpointing)
+
+
+def python_value(value: Any) -> Any:
+    """Lit values with Enum placeholders -> what DALI's Python API takes."""
+    if isinstance(value, Enum):
+        return argtypes.enum_value(value.kind, value.name)
+    if isinstance(value, (list, tuple)):
+        return [python_value(v) for v in value]
+    return value
+
+
+class _Builder:
+    def __init__(self, graph: CheckedGraph):
+        self.graph = graph
+        self.catalog = load_catalog()
+        self.env: dict[str, Any] = {}
+
+    def value(self, arg: Arg) -> Any:
+        if isinstance(arg, Stream):
+            node = self.env[arg.name]
+            return node.gpu() if arg.gpu else node
+        if isinstance(arg, Enum):
+            return argtypes.enum_value(arg.kind, arg.name)
+        if isinstance(arg, Lit):
+            return python_value(arg.value)
+        return self.call(arg)
+
+    def call(self, node: OpNode) -> Any:
+        func = self.catalog.fn(node.op)
+        kwargs = {k: self.value(v) for k, v in node.kwargs}
+        if not node.op.python:  # auto_aug policies follow their input's device
+            kwargs["device"] = node.device
+        return func(*(self.value(a) for a in node.inputs), **kwargs)
+
+    def __call__(self) -> tuple[Any, ...]:
+        for checked in self.graph.steps:
+            step = checked.step
+            try:
+                result = self.call(checked.node)
+            except Exception as e:  # DALI's own argument checks, with its message
+                raise ConfigError(f"DALI rejected this step: {_first_lines(e)}", file=self.graph.graph.file,
+                                  line=step.line, where=step.label()) from None
+            outs = list(result) if isinstance(result, (list, tuple)) else [result]
+            if len(outs) != len(step.targets):
+                raise ConfigError(f"{checked.node.op.name} returns {len(outs)} stream(s), but {len(step.targets)} "
+                                  f"name(s) are assigned; write {len(outs)} names on the left.",
+                                  file=self.graph.graph.file, line=step.line, where=step.label())
+            self.env.update(zip(step.targets, outs))
+        return tuple(self.value(out) for out in self.graph.outputs)
+
+
+def _first_lines(e: Exception, limit: int = 3) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return " ".join(lines[:limit]) or type(e).__name__
+
+
+def build_pipeline(graph: CheckedGraph, args: PipelineArgs):
+    """The DALI Pipeline for `graph` (built: DALI's own checks have run)."""
+    from nvidia.dali import pipeline_def
+
+    def define():
+        return _Builder(graph)()
+
+    define.__name__ = f"{graph.graph.role}_pipeline"
+    kwargs = args.as_dict()
+    if graph.conditionals:
+        kwargs["enable_conditionals"] = True
+    pipe = pipeline_def(define, **{k: v for k, v in kwargs.items() if k == "enable_conditionals"})(
+        **{k: v for k, v in kwargs.items() if k != "enable_conditionals"})
+    try:
+        pipe.build()
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"DALI could not build the {graph.graph.role} pipeline: {_first_lines(e, 6)}",
+                          file=graph.graph.file) from None
+    return pipe

@@ -1,0 +1,164 @@
+"""A checked graph -> a standalone Python module of `fn.*` calls (what `runner compile` prints).
+
+The module runs on its own (`python file.py` builds it and prints one batch's shapes) and builds
+the very pipeline `dsl.compile` builds: same calls, same order, same arguments.
+"""
+from __future__ import annotations
+
+import json
+import keyword
+from typing import Any
+
+from runner.dsl.checked import Arg, CheckedGraph, Enum, Lit, OpNode, Stream
+from runner.dsl.compile import PipelineArgs
+from runner.dsl.graph import Arith, Call, Const, Gpu, Name, Param, Seq, Value
+
+RESERVED = {"fn", "types", "pipeline_def", "PIPELINE_ARGS", "auto_augment", "rand_augment", "trivial_augment"}
+_AUTO_AUG_MODULE = {"auto_aug.rand_augment": "rand_augment", "auto_aug.trivial_augment_wide": "trivial_augment",
+                    "auto_aug.auto_augment_image_net": "auto_augment", "auto_aug.auto_augment": "auto_augment"}
+_MAX_LINE = 100
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, Enum):
+        return f"types.{value.name}"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_literal(v) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"
+    return repr(value)
+
+
+class _Emitter:
+    def __init__(self, graph: CheckedGraph):
+        self.graph = graph
+        streams = {t for s in graph.graph.steps for t in s.targets}
+        taken = streams | RESERVED
+        self.params = {name: (name if name not in taken and not keyword.iskeyword(name) else f"param_{name}")
+                       for name in graph.graph.params}
+        self.used_params: set[str] = set()
+
+    def source(self, value: Value) -> str:
+        if isinstance(value, Const):
+            return _literal(value.value)
+        if isinstance(value, Param):
+            self.used_params.add(value.name)
+            return self.params[value.name]
+        if isinstance(value, Name):  # a literal context: the checker resolved it to an enum
+            return f"types.{value.id}"
+        if isinstance(value, Seq):
+            inner = ", ".join(self.source(v) for v in value.items)
+            return f"({inner}{',' if len(value.items) == 1 else ''})" if value.tuple_ else f"[{inner}]"
+        if isinstance(value, Arith):
+            return f"{self._operand(value.left)} {value.op} {self._operand(value.right)}"
+        raise TypeError(value)
+
+    def _operand(self, value: Value) -> str:
+        text = self.source(value)
+        return f"({text})" if isinstance(value, Arith) else text
+
+    def arg(self, arg: Arg) -> str:
+        if isinstance(arg, Stream):
+            return f"{arg.name}.gpu()" if arg.gpu else arg.name
+        if isinstance(arg, Enum):
+            return f"types.{arg.name}"
+        if isinstance(arg, Lit):
+            if arg.symbol:
+                return arg.symbol
+            if arg.source is not None and not isinstance(arg.source, (Call, Gpu)):
+                return self.source(arg.source)
+            return _literal(arg.value)
+        return self.call(arg)
+
+    def call(self, node: OpNode, written_device: bool = False, indent: int = 4) -> str:
+        if node.op.python:
+            func = f"{_AUTO_AUG_MODULE[node.op.name]}.{node.op.schema.rsplit('.', 1)[1]}"
+        else:
+            func = f"fn.{node.op.name}"
+        parts = [self.arg(a) for a in node.inputs]
+        inferred = "gpu" if any(self._gpu(a) for a in node.inputs) and "gpu" in node.op.backends else "cpu"
+        if not node.op.python and (written_device or node.device != inferred):
+            parts.append(f'device="{node.device}"')
+        parts += [f"{k}={self.arg(v)}" for k, v in node.kwargs]
+        one_line = f"{func}({', '.join(parts)})"
+        if len(one_line) + indent <= _MAX_LINE:
+            return one_line
+        pad = " " * (indent + 4)
+        return f"{func}(\n" + "".join(f"{pad}{p},\n" for p in parts) + " " * indent + ")"
+
+    def _gpu(self, arg: Arg) -> bool:
+        if isinstance(arg, Stream):
+            if arg.gpu:
+                return True
+            node = next(s.node for s in reversed(self.graph.steps) if arg.name in s.step.targets)
+            return node.device in ("gpu", "mixed")
+        return isinstance(arg, OpNode) and arg.device in ("gpu", "mixed")
+
+    def body(self) -> list[str]:
+        lines = []
+        for checked in self.graph.steps:
+            step, node = checked.step, checked.node
+            written = step.call.kwarg("device") is not None
+            lhs = ", ".join(step.targets)
+            comment = f"  # runner: {', '.join(node.injected)}" if node.injected else ""
+            if step.index in self.graph.moved_to_cpu:
+                comment += ("  # " if not comment else "; ") + "moved to the CPU (no GPU)"
+            lines.append(f"    {lhs} = {self.call(node, written)}{comment}")
+        outs = ", ".join(self.arg(o) for o in self.graph.outputs)
+        lines.append(f"    return {outs}")
+        return lines
+
+
+def emit_source(graph: CheckedGraph, args: PipelineArgs, *, origin: str) -> str:
+    """The pipeline as a Python module; `origin` says where it came from (experiment and overrides)."""
+    e = _Emitter(graph)
+    body = e.body()
+    role = graph.graph.role
+    func = f"{role}_pipeline"
+    signature = [f"{e.params[p]}={_literal(graph.graph.params[p])}" for p in graph.graph.params
+                 if p in e.used_params]
+    if any(isinstance(v, Lit) and v.symbol for s in graph.steps for _, v in s.node.kwargs):
+        signature += ["shard_id=0", "num_shards=1"]
+    imports = ["from nvidia.dali import fn, pipeline_def, types"]
+    aug = sorted({_AUTO_AUG_MODULE[s.node.op.name] for s in graph.steps if s.node.op.python}
+                 | {_AUTO_AUG_MODULE[n.op.name] for s in graph.steps for n in _nested(s.node) if n.op.python})
+    if aug:
+        imports.append(f"from nvidia.dali.auto_aug import {', '.join(aug)}")
+    decorator = "@pipeline_def(enable_conditionals=True)" if graph.conditionals else "@pipeline_def"
+    placement = "GPU" if graph.target == "gpu" else "CPU only (no GPU: mixed/gpu steps moved to the CPU)"
+    shard_call = f"shard_id={graph.symbols['shard_id']}, num_shards={graph.symbols['num_shards']}" \
+        if "shard_id=0" in signature else ""
+    run_args = ", ".join(f"{k}={v!r}" for k, v in args.as_dict().items())
+    return "\n".join([
+        f'"""The {role} pipeline of {origin}, compiled by runner.',
+        "",
+        f"Graph: {graph.graph.file} ({graph.graph.name}). Placement: {placement}.",
+        "Run it with `python THIS_FILE.py`: it builds the pipeline and prints one batch's shapes.",
+        '"""',
+        *imports,
+        "",
+        "",
+        decorator,
+        f"def {func}({', '.join(signature)}):",
+        *body,
+        "",
+        "",
+        f"PIPELINE_ARGS = dict({run_args})",
+        "",
+        "",
+        'if __name__ == "__main__":',
+        f"    pipe = {func}({shard_call + ', ' if shard_call else ''}**PIPELINE_ARGS)",
+        "    pipe.build()",
+        "    for i, out in enumerate(pipe.run()):",
+        '        print(f"output {i}: {len(out)} samples, first shape {tuple(out[0].shape())}, {out.dtype}")',
+        "",
+    ])
+
+
+def _nested(node: OpNode) -> list[OpNode]:
+    out = []
+    for a in [*node.inputs, *(v for _, v in node.kwargs)]:
+        if isinstance(a, OpNode):
+            out += [a, *_nested(a)]
+    return out

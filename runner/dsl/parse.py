@@ -1,0 +1,175 @@
+"""DSL text -> `Graph`, with Python's own parser (`ast`) and nothing evaluated.
+
+A step reads like the DALI Python it stands for, so lines from DALI's docs paste in:
+
+    images = decoders.image_random_crop(jpegs, device="mixed", output_type=RGB)
+    images = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(probability=0.5), dtype=types.FLOAT)
+
+`$name` is a pipeline parameter; `fn.` and `types.` prefixes are optional.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from runner.config.load import PipelineSource
+from runner.dsl.graph import Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
+from runner.errors import ConfigError
+
+_PARAM_PREFIX = "__param__"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+          ast.Pow: "**"}
+SHAPE = "a step is written `outputs = operator(inputs..., key=value...)`, e.g. " \
+        "`images = resize(images, resize_x=$size, resize_y=$size)`"
+
+
+class _StepError(Exception):
+    pass
+
+
+def _replace_params(text: str) -> str:
+    """`$size` -> `__param__size`, outside string literals."""
+    out, i, quote = [], 0, None
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            out.append(ch)
+            if ch == "\\" and i + 1 < len(text):
+                out.append(text[i + 1])
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+            out.append(ch)
+        elif ch == "$":
+            m = _IDENT.match(text, i + 1)
+            if not m:
+                raise _StepError("'$' must be followed by a parameter name, as in $size")
+            out.append(_PARAM_PREFIX + m.group())
+            i = m.end() - 1
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _value(node: ast.expr) -> Value:
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, (bytes, complex)) or node.value is Ellipsis:
+            raise _StepError(f"{node.value!r} is not a supported literal")
+        return Const(node.value)
+    if isinstance(node, ast.Name):
+        if node.id.startswith(_PARAM_PREFIX):
+            return Param(node.id[len(_PARAM_PREFIX):])
+        return Name(node.id)
+    if isinstance(node, ast.Attribute):
+        path = _dotted(node)
+        if path and path.startswith("types."):
+            return Name(path.split(".")[-1])  # types.RGB, types.DALIDataType.FLOAT
+        raise _StepError(f"'{ast.unparse(node)}' is not a value; operators must be called, "
+                         "constants are written RGB or types.RGB")
+    if isinstance(node, ast.Call):
+        return _call(node)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return Seq(tuple(_value(e) for e in node.elts), tuple_=isinstance(node, ast.Tuple))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _value(node.operand)
+        if isinstance(operand, Const) and isinstance(operand.value, (int, float)) \
+                and not isinstance(operand.value, bool):
+            return Const(-operand.value if isinstance(node.op, ast.USub) else operand.value)
+        return Arith("*", Const(-1 if isinstance(node.op, ast.USub) else 1), operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        return Arith(_ARITH[type(node.op)], _value(node.left), _value(node.right))
+    raise _StepError(f"'{ast.unparse(node)}' is not allowed in a pipeline step; use literals, "
+                     "stream names, $parameters, arithmetic on numbers and operator calls")
+
+
+def _call(node: ast.Call) -> Value:
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "gpu":
+        if node.args or node.keywords or not isinstance(func.value, ast.Name):
+            raise _StepError(f"'{ast.unparse(node)}': .gpu() takes no arguments and applies to a stream name")
+        return Gpu(Name(func.value.id))
+    op = _dotted(func)
+    if op is None:
+        raise _StepError(f"'{ast.unparse(func)}' is not an operator name")
+    op = op.removeprefix("fn.")
+    for arg in node.args:
+        if isinstance(arg, ast.Starred):
+            raise _StepError("*args is not supported; list the inputs")
+    kwargs = []
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise _StepError("**kwargs is not supported; write each argument as key=value")
+        kwargs.append((kw.arg, _value(kw.value)))
+    return Call(op, tuple(_value(a) for a in node.args), tuple(kwargs))
+
+
+def parse_step(text: str, index: int = 1, line: int | None = None) -> Step:
+    """One step's text -> Step; raises _StepError with a short reason."""
+    try:
+        tree = ast.parse(_replace_params(text.strip()), mode="exec")
+    except SyntaxError as e:
+        raise _StepError(f"syntax error: {e.msg}; {SHAPE}") from None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign) or len(tree.body[0].targets) != 1:
+        raise _StepError(SHAPE)
+    assign = tree.body[0]
+    target = assign.targets[0]
+    elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+    if not all(isinstance(t, ast.Name) for t in elts):
+        raise _StepError(f"outputs must be plain names, got '{ast.unparse(target)}'; {SHAPE}")
+    names = tuple(t.id for t in elts)
+    if any(n.startswith(_PARAM_PREFIX) for n in names):
+        raise _StepError("a $parameter cannot be assigned; parameters are set under `params:`")
+    if not isinstance(assign.value, ast.Call):
+        raise _StepError(f"the right-hand side must be an operator call; {SHAPE}")
+    call = _call(assign.value)
+    if isinstance(call, Gpu):
+        raise _StepError(".gpu() is written where a stream is used, e.g. `resize(images.gpu(), ...)`")
+    return Step(index=index, text=text.strip(), line=line, targets=names, call=call)
+
+
+def parse_output(text: str) -> Name | Gpu:
+    try:
+        value = _value(ast.parse(_replace_params(str(text).strip()), mode="eval").body)
+    except SyntaxError as e:
+        raise _StepError(f"syntax error: {e.msg}") from None
+    if not isinstance(value, (Name, Gpu)):
+        raise _StepError("an output is a stream name, optionally with .gpu()")
+    return value
+
+
+def parse_pipeline(source: PipelineSource) -> Graph:
+    """A composed pipeline (see config.load) -> Graph; syntax errors name the file, line and step."""
+    steps = []
+    for i, (text, line) in enumerate(zip(source.steps, source.step_lines), start=1):
+        if not isinstance(text, str):
+            raise ConfigError(f"step {i} must be a string such as `images = resize(images, size=224)`.",
+                              file=source.file, line=line, where=f"{source.role} pipeline")
+        try:
+            steps.append(parse_step(text, i, line))
+        except _StepError as e:
+            raise ConfigError(f"{e}.", file=source.file, line=line,
+                              where=Step(i, text, line, (), Call("", (), ())).label()) from None
+    outputs = []
+    for text in source.outputs:
+        try:
+            outputs.append(parse_output(text))
+        except _StepError as e:
+            raise ConfigError(f"output '{text}': {e}.", file=source.file, line=source.outputs_line,
+                              where="outputs") from None
+    return Graph(name=source.name, role=source.role, file=source.file, steps=tuple(steps),
+                 outputs=tuple(outputs), outputs_line=source.outputs_line, params=dict(source.params))

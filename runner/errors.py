@@ -1,0 +1,76 @@
+"""User-facing errors: each carries where the mistake is (file, line, key path or pipeline step).
+
+The CLI prints `str(error)` as one paragraph and exits with code 2; nothing below the CLI prints.
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The nearest valid name to a misspelt one, or None when nothing is close."""
+    matches = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """' Did you mean 'x'?' or an empty string."""
+    match = closest(name, choices)
+    return f" Did you mean '{match}'?" if match else ""
+
+
+def list_names(names: Iterable[str], limit: int = 12) -> str:
+    """A short comma-separated listing: 'a, b, c, ... (40 in all)'."""
+    names = list(names)
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[:limit]) + f", ... ({len(names)} in all)"
+
+
+def display_path(path: str | Path | None) -> str | None:
+    """A Path as the user would type it (relative to the working directory when below it).
+
+    Plain strings are labels such as "command line" and are kept as they are.
+    """
+    if path is None or isinstance(path, str):
+        return path
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+class RunnerError(Exception):
+    """A mistake the user can fix; printed without a traceback, exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | Path | None = None, line: int | None = None,
+                 where: str | None = None):
+        self.message = message
+        self.file = display_path(file)
+        self.line = line
+        self.where = where
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        prefix = ""
+        if self.file:
+            prefix = self.file + (f":{self.line}" if self.line else "") + ": "
+        if self.where:
+            prefix += self.where + ": "
+        return prefix + self.message
+
+
+class ConfigError(RunnerError):
+    """An experiment or pipeline file (or a command-line override) is invalid."""
+
+
+class DataError(RunnerError):
+    """The data a run would read is missing or unusable."""
+
+
+class MachineError(RunnerError):
+    """The machine cannot do what the experiment asks (no GPU, no DALI, ...)."""

@@ -1,0 +1,55 @@
+"""What this machine has: GPUs (through NVML, without importing torch) and CPU cores."""
+from __future__ import annotations
+
+import functools
+import os
+
+from runner.errors import MachineError
+
+
+@functools.cache
+def visible_gpus() -> int:
+    """CUDA GPUs this process may use, honouring CUDA_VISIBLE_DEVICES (0 without a driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception:  # no driver, no library: a CPU machine
+        return 0
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return count
+    ids = [d for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    return min(count, len(ids))
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def resolve_accelerator(requested: str, where: dict | None = None) -> str:
+    """'cpu' or 'gpu' for trainer.accelerator (auto picks the GPU when there is one)."""
+    gpus = visible_gpus()
+    if requested == "gpu" and gpus == 0:
+        raise MachineError(
+            "the experiment asks for a GPU (trainer.accelerator: gpu) but this machine has none that CUDA "
+            "can use (NVML found no device, or CUDA_VISIBLE_DEVICES hides them). Set trainer.accelerator=auto "
+            "to fall back to the CPU, or run on a GPU machine.", **(where or {}))
+    if requested == "auto":
+        return "gpu" if gpus else "cpu"
+    return requested
+
+
+def processes_per_node(devices: int | str, accelerator: str, where: dict | None = None) -> int:
+    """trainer.devices -> how many processes to start on this node."""
+    if devices == "auto":
+        return visible_gpus() if accelerator == "gpu" else 1
+    if accelerator == "gpu" and devices > visible_gpus():
+        raise MachineError(f"trainer.devices is {devices} but this machine has {visible_gpus()} visible GPU(s). "
+                           "Use trainer.devices=auto or a smaller number.", **(where or {}))
+    return int(devices)

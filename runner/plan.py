@@ -1,0 +1,87 @@
+"""From a loaded experiment to what a run on this machine will build: data paths, pipeline graphs
+checked for the target device, DALI pipeline arguments."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.config import LoadedExperiment, PipelineSource
+from runner.config.sections import DataConfig, SynthConfig
+from runner.errors import ConfigError
+from runner.machine import cpu_cores
+
+# params a pipeline may declare that the runner fills in from the experiment
+BOUND_PARAMS = ("data_root",)
+
+
+@dataclass(frozen=True)
+class Target:
+    accelerator: str              # cpu | gpu
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+
+
+def synth_dir(synth: SynthConfig) -> Path:
+    """Where the generated dataset for these settings lives (one folder per setting)."""
+    name = (f"c{synth.classes}-n{synth.per_class}-e{synth.eval_per_class}"
+            f"-s{synth.min_side}-{synth.max_side}-q{synth.quality}")
+    return Path(synth.dir) / name
+
+
+def data_root(data: DataConfig) -> Path:
+    return Path(data.root) if data.root else synth_dir(data.synth)
+
+
+def split_dir(data: DataConfig, role: str) -> Path:
+    return data_root(data) / (data.train_split if role == "train" else data.eval_split)
+
+
+def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
+    """`data_root` (when the pipeline declares it and the experiment left it) -> the split's folder."""
+    params = dict(source.params)
+    if "data_root" in params and "data_root" not in source.explicit_params:
+        params["data_root"] = str(split_dir(data, source.role))
+    return dataclasses.replace(source, params=params)
+
+
+def checked_pipelines(loaded: LoadedExperiment, target: Target) -> dict:
+    """role -> CheckedGraph for every pipeline of the experiment."""
+    from runner.dsl.check import check_graph
+    from runner.dsl.parse import parse_pipeline
+
+    graphs = {}
+    for role, source in loaded.pipelines.items():
+        graph = parse_pipeline(bind_params(source, loaded.config.data))
+        checked = check_graph(graph, target=target.accelerator, rank=target.rank, world=target.world,
+                              seed=loaded.config.seed)
+        if len(checked.outputs) != 2:
+            raise ConfigError(f"the {role} pipeline returns {len(checked.outputs)} stream(s); the trainer takes two: "
+                              "images (float, CHW) and labels, as in `outputs: [images, labels]`.",
+                              file=graph.file, line=graph.outputs_line, where="outputs")
+        if checked.reader_name is None:
+            raise ConfigError(f"the {role} pipeline has no reader (readers.file, readers.numpy, ...); an epoch is "
+                              "defined by its reader.", file=graph.file, where=f"{role} pipeline")
+        graphs[role] = checked
+    return graphs
+
+
+def dali_threads(data: DataConfig, target: Target) -> int:
+    """data.num_threads, or ~75% of this process's share of the cores (the seed's rule of thumb)."""
+    if data.num_threads != "auto":
+        return int(data.num_threads)
+    return max(1, int(cpu_cores() / max(1, target.local_world) * 0.75))
+
+
+def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkpointing: bool = False):
+    from runner.dsl.compile import PipelineArgs
+
+    data = loaded.config.data
+    batch = data.batch_size if role == "train" else (data.eval_batch_size or data.batch_size)
+    return PipelineArgs(batch_size=batch, num_threads=dali_threads(data, target),
+                        device_id=target.local_rank if target.accelerator == "gpu" else None,
+                        # ranks draw different augmentations; readers get the shared seed (see dsl.check)
+                        seed=loaded.config.seed + 1000 * target.rank + (0 if role == "train" else 17),
+                        prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing)

@@ -1,0 +1,48 @@
+"""Everything `runner validate` checks, without running anything: config, names, machine, pipelines."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.config import LoadedExperiment, load_experiment
+from runner.machine import processes_per_node, resolve_accelerator
+from runner.models import check_model
+from runner.optim import OPTIMIZERS, SCHEDULES
+from runner.plan import Target, checked_pipelines
+
+
+@dataclass(frozen=True)
+class Validated:
+    loaded: LoadedExperiment
+    target: Target
+    processes: int
+    graphs: dict = field(default_factory=dict)   # role -> CheckedGraph (DALI loader only)
+
+    @property
+    def config(self):
+        return self.loaded.config
+
+
+def check_names(loaded: LoadedExperiment) -> None:
+    """Model, optimizer and scheduler names resolve through their registries."""
+    cfg = loaded.config
+    check_model(cfg.model, loaded.where)
+    OPTIMIZERS.get(cfg.optimizer.name, **loaded.where("optimizer.name"))
+    SCHEDULES.get(cfg.scheduler.name, **loaded.where("scheduler.name"))
+    if cfg.data.loader == "torchvision":
+        from runner.loaders.transforms import check_transforms
+
+        check_transforms(cfg.data.torchvision, loaded.where)
+
+
+def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
+             accelerator: str | None = None) -> Validated:
+    """Load and check an experiment for this machine (or for `accelerator`, when given)."""
+    loaded = load_experiment(path, overrides)
+    check_names(loaded)
+    trainer = loaded.config.trainer
+    acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.where("trainer.accelerator"))
+    procs = processes_per_node(trainer.devices, acc, loaded.where("trainer.devices")) if accelerator is None else 1
+    target = Target(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
+    graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" else {}
+    return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs)
