@@ -1,9 +1,35 @@
 """`runner compile`: the pipeline as DALI Python source."""
 from __future__ import annotations
 
+from runner import console
+from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
 from runner.errors import ConfigError, display_path
 from runner.plan import pipeline_args
 from runner.validate import Validated
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compile", help="print a pipeline as DALI Python (@pipeline_def of fn.* calls)")
+    add_experiment(p)
+    p.add_argument("--pipeline", choices=["train", "eval"], default="train")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from runner.validate import validate
+
+    path, overrides = experiment_and_overrides(args)
+    v = validate(path, overrides)
+    cpu_note(v.graphs)
+    source = compiled_source(v, args.pipeline)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(source)
+        console.err.print(f"wrote {args.output}")
+    else:
+        print(source)
+    return 0
 
 
 def compiled_source(v: Validated, role: str) -> str:

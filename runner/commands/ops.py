@@ -7,6 +7,21 @@ from runner.dsl.catalog import load_catalog
 from runner.errors import ConfigError
 
 
+def register(sub) -> None:
+    p = sub.add_parser("ops", help="list DSL operators, or show one operator's arguments")
+    p.add_argument("name", nargs="?", help="an operator, e.g. decoders.image_random_crop")
+    p.add_argument("--filter", help="only names containing this text")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    if args.name:
+        print_op(args.name)
+    else:
+        print_ops(args.filter)
+    return 0
+
+
 def _first_sentence(text: str, limit: int = 90) -> str:
     line = " ".join(text.split()).split(". ")[0]
     return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -2,9 +2,31 @@
 from __future__ import annotations
 
 from runner import console
-from runner.errors import display_path
+from runner.commands.args import cpu_note, split_overrides
+from runner.errors import RunnerError, display_path
 from runner.plan import data_root
 from runner.validate import Validated
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="check experiments (config, names, pipelines) without running")
+    p.add_argument("items", nargs="+", metavar="EXPERIMENT|key=value",
+                   help="one or more experiment files, then key=value overrides applied to each")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from runner.validate import validate
+
+    files, overrides = split_overrides(args.items)
+    if not files:
+        raise RunnerError("name at least one experiment file, e.g. runner validate experiments/quickstart.yaml.",
+                          file="command line")
+    for path in files:
+        v = validate(path, overrides)
+        cpu_note(v.graphs)
+        print_validated(v)
+    return 0
 
 
 def print_validated(v: Validated) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from runner.dsl.checked import Arg, CheckedGraph, Enum, Lit, OpNode, Stream
 from runner.dsl.compile import PipelineArgs
 from runner.dsl.graph import Arith, Call, Const, Gpu, Name, Param, Seq, Value
+from runner.errors import display_path
 
 RESERVED = {"fn", "types", "pipeline_def", "PIPELINE_ARGS", "auto_augment", "rand_augment", "trivial_augment"}
 _AUTO_AUG_MODULE = {"auto_aug.rand_augment": "rand_augment", "auto_aug.trivial_augment_wide": "trivial_augment",
@@ -133,7 +134,7 @@ def emit_source(graph: CheckedGraph, args: PipelineArgs, *, origin: str) -> str:
     return "\n".join([
         f'"""The {role} pipeline of {origin}, compiled by runner.',
         "",
-        f"Graph: {graph.graph.file} ({graph.graph.name}). Placement: {placement}.",
+        f"Graph: {display_path(graph.graph.file)} ({graph.graph.name}). Placement: {placement}.",
         "Run it with `python THIS_FILE.py`: it builds the pipeline and prints one batch's shapes.",
         '"""',
         *imports,
