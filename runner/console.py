@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 out = Console(soft_wrap=True, highlight=False)
@@ -12,11 +13,11 @@ err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 def error(message: str) -> None:
     """One paragraph, no traceback: the shape of every user-facing failure."""
-    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False)
 
 
 def note(message: str) -> None:
-    err.print(f"[yellow]note:[/] {message}", markup=True, highlight=False)
+    err.print(f"[yellow]note:[/] {escape(message)}", markup=True, highlight=False)
 
 
 def table(title: str | None, columns: list[str], rows: list[list], *, justify_numbers: bool = True) -> Table:

@@ -55,8 +55,10 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target) -> dict:
     graphs = {}
     for role, source in loaded.pipelines.items():
         graph = parse_pipeline(bind_params(source, loaded.config.data))
-        checked = check_graph(graph, target=target.accelerator, rank=target.rank, world=target.world,
-                              seed=loaded.config.seed)
+        # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
+        checked = check_graph(graph, target="gpu", rank=target.rank, world=target.world, seed=loaded.config.seed)
+        if target.accelerator == "cpu":
+            checked = check_graph(graph, target="cpu", rank=target.rank, world=target.world, seed=loaded.config.seed)
         if len(checked.outputs) != 2:
             raise ConfigError(f"the {role} pipeline returns {len(checked.outputs)} stream(s); the trainer takes two: "
                               "images (float, CHW) and labels, as in `outputs: [images, labels]`.",

@@ -62,7 +62,12 @@ def _fail(key: str, message: str, locate: Locator) -> ConfigError:
 
 
 def _show(value: Any) -> str:
-    return "null" if value is None else repr(value)
+    """A value as it would be written in YAML-ish form: null, 'text', [1, 2]."""
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return repr(value)
 
 
 def convert(tp: Any, value: Any, key: str, locate: Locator) -> Any:

@@ -6,6 +6,7 @@ order; `runner tune` writes one), command-line overrides. `${...}` interpolation
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -100,7 +101,8 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     parsed = [_parse_override(o) for o in overrides]
     locate = _Sources(files, [(k, text) for (k, _), text in zip(parsed, overrides)])
 
-    merged = OmegaConf.merge(*(f.config for f in files))
+    # schema defaults first, so that ${model.name} resolves when the file does not set it
+    merged = OmegaConf.merge(OmegaConf.create(_defaults()), *(f.config for f in files))
     merged.pop("include", None)
     for key, value in parsed:
         try:
@@ -113,7 +115,7 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         file, line = locate(key)
-        raise ConfigError(f"cannot resolve interpolation: {getattr(e, 'msg', e)}.",
+        raise ConfigError(f"cannot resolve interpolation: {_first_line(e)}.",
                           file=file, line=line, where=key) from None
     config = build(Experiment, resolved, "", locate)
     pipelines = {role: _pipeline(role, getattr(config.pipelines, role), path, locate)
@@ -121,6 +123,14 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
                  if getattr(config.pipelines, role) is not None and config.data.loader == "dali"}
     return LoadedExperiment(config=config, path=path, resolved=resolved,
                             overrides=tuple(overrides), pipelines=pipelines, locate=locate)
+
+
+def _first_line(e: Exception) -> str:
+    return str(getattr(e, "msg", None) or e).splitlines()[0].rstrip(".")
+
+
+def _defaults() -> dict[str, Any]:
+    return dataclasses.asdict(Experiment())
 
 
 def _includes(main: YamlFile) -> list[YamlFile]:
@@ -194,7 +204,7 @@ def _pipeline_from_file(role: str, spec: PipelineConfig, experiment: Path, locat
     try:
         data = OmegaConf.to_container(src.config, resolve=True)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"cannot resolve interpolation: {getattr(e, 'msg', e)}.", file=path) from None
+        raise ConfigError(f"cannot resolve interpolation: {_first_line(e)}.", file=path) from None
     body = build(_PipelineFile, data, "", lambda k: (path, src.line(k)))
     for name in spec.params:
         if name not in body.params:

@@ -61,8 +61,9 @@ def describe_type(dali_type: str) -> str:
     base = dali_type[1:-4] if vec else dali_type
     if base in ENUM_OF_TYPE or dali_type in ENUM_OF_TYPE:
         kind = ENUM_OF_TYPE.get(dali_type) or ENUM_OF_TYPE[base]
-        names = ", ".join(enum_members()[kind][:8])
-        words = f"{ENUM_WORDS[kind]} ({names}, ...)"
+        members = enum_members()[kind]
+        names = ", ".join(members[:8]) + (", ..." if len(members) > 8 else "")
+        words = f"{ENUM_WORDS[kind]} ({names})"
     elif base == "BOOL":
         words = "True or False"
     elif base in _INTS:

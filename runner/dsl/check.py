@@ -222,8 +222,8 @@ class _Checker:
             return self._enum(value.id, kind, info, op)
         lit = self.literal(value)
         if kind:
-            if isinstance(lit, str) and lit in argtypes.enum_members()[kind] and info.type != "_DATA_TYPE_VEC":
-                return Enum(kind, lit)  # a parameter holding an enum name, e.g. dtype: FLOAT
+            if isinstance(value, Param) and isinstance(lit, str) and lit in argtypes.enum_members()[kind]:
+                return Enum(kind, lit)  # a parameter holding an enum name, e.g. params: {dtype: FLOAT}
             if not isinstance(lit, Enum) and not (isinstance(lit, list) and all(isinstance(x, Enum) for x in lit)):
                 raise self.fail(f"argument '{info.name}' of {op.name} takes {argtypes.describe_type(info.type)}, "
                                 f"written without quotes; got {lit!r}.")

@@ -2,6 +2,7 @@
 seed gives the same random draws as the hand-written pipeline."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,8 @@ def build_pipeline(graph: CheckedGraph, args: PipelineArgs):
         return _Builder(graph)()
 
     define.__name__ = f"{graph.graph.role}_pipeline"
+    # DALI's own auto_aug policies still call deprecated aliases (fn.experimental.equalize)
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"nvidia\.dali")
     kwargs = args.as_dict()
     if graph.conditionals:
         kwargs["enable_conditionals"] = True
