@@ -26,7 +26,9 @@ class Target:
 
 def synth_dir(synth: SynthConfig) -> Path:
     """Where the generated dataset for these settings lives (one folder per setting)."""
-    name = (f"c{synth.classes}-n{synth.per_class}-e{synth.eval_per_class}"
+    from runner.data.synth import FORMAT  # a new generator version gets a new folder
+
+    name = (f"v{FORMAT}-c{synth.classes}-n{synth.per_class}-e{synth.eval_per_class}"
             f"-s{synth.min_side}-{synth.max_side}-q{synth.quality}")
     return Path(synth.dir) / name
 

@@ -1,0 +1,165 @@
+"""`runner data synth|check|fingerprint`: make a synthetic ImageFolder, find files that do not decode,
+print what a run would train on."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+
+from runner import console
+from runner.config.sections import SynthConfig
+from runner.data.scan import DEFAULT_SKIP_LIST
+from runner.errors import DataError, display_path
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from runner.data.scan import CheckReport, FileIssue
+
+TABLE_ROWS = 50  # longer lists are in the skip list file
+
+
+def register(sub) -> None:
+    p = sub.add_parser("data", help="dataset tools: synthetic ImageFolder, decode check, fingerprint")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    defaults = SynthConfig()
+
+    s = actions.add_parser("synth", help="write a synthetic ImageNet-like ImageFolder (DIR/train, DIR/val)")
+    s.add_argument("dir", metavar="DIR", help="folder to create (nothing happens when it holds this set already)")
+    s.add_argument("--classes", type=_positive, default=defaults.classes, metavar="N",
+                   help="classes (default: %(default)s)")
+    s.add_argument("--per-class", type=_positive, default=defaults.per_class, metavar="N",
+                   help="training images per class (default: %(default)s)")
+    s.add_argument("--eval-per-class", type=_positive, default=defaults.eval_per_class, metavar="N",
+                   help="validation images per class (default: %(default)s)")
+    s.add_argument("--min-side", type=_positive, default=defaults.min_side, metavar="PX",
+                   help="smallest width or height (default: %(default)s)")
+    s.add_argument("--max-side", type=_positive, default=defaults.max_side, metavar="PX",
+                   help="largest width or height (default: %(default)s)")
+    s.add_argument("--quality", type=_positive, default=defaults.quality, metavar="Q",
+                   help="JPEG quality, 1-100 (default: %(default)s)")
+    s.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default: %(default)s)")
+    s.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
+    s.set_defaults(handler=run_synth)
+
+    c = actions.add_parser("check", help="decode every image of an ImageFolder; write a skip list of bad files")
+    c.add_argument("dir", metavar="DIR", help="an ImageFolder: DIR/<class>/<image>")
+    c.add_argument("-o", "--output", metavar="FILE", help=f"skip list to write (default: DIR/{DEFAULT_SKIP_LIST})")
+    c.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
+    c.set_defaults(handler=run_check)
+
+    f = actions.add_parser("fingerprint", help="file count, bytes and a hash of names and sizes of an ImageFolder")
+    f.add_argument("dir", metavar="DIR", help="an ImageFolder: DIR/<class>/<image>")
+    f.set_defaults(handler=run_fingerprint)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress(done, total) callable: a rich bar on a terminal, a plain line per 10% otherwise."""
+    if console.interactive():
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=console.out) as bar:
+            task = None
+
+            def update(done: int, total: int) -> None:
+                nonlocal task
+                if task is None:  # created on first use: nothing shows when there is no work
+                    task = bar.add_task(description, total=total)
+                bar.update(task, completed=done, total=total)
+
+            yield update
+        return
+    printed = -1
+
+    def line(done: int, total: int) -> None:
+        nonlocal printed
+        tenth = 10 * done // max(1, total)
+        if tenth > printed:
+            printed = tenth
+            console.out.print(f"{description}: {done}/{total}")
+
+    yield line
+
+
+def run_synth(args) -> int:
+    from runner.data.synth import generate_synthetic
+
+    with progress_bar("generating") as progress:
+        s = generate_synthetic(Path(args.dir), classes=args.classes, per_class=args.per_class,
+                               eval_per_class=args.eval_per_class, min_side=args.min_side,
+                               max_side=args.max_side, quality=args.quality, seed=args.seed,
+                               workers=args.workers, progress=progress)
+    where = escape(display_path(s.root))
+    sizes = (f"{s.images} images ({s.train_images} train, {s.val_images} val, {s.classes} classes), "
+             f"{s.total_bytes / 2**20:.1f} MiB, mean {s.mean_kib:.0f} KiB")
+    if s.reused:
+        console.out.print(f"{where} already holds this dataset: {sizes}. Nothing to do.")
+    else:
+        console.out.print(f"wrote {where}: {sizes}, in {s.seconds:.1f} s")
+    return 0
+
+
+def run_check(args) -> int:
+    from runner.data.scan import check_images, default_skip_list, write_skip_list
+
+    with progress_bar("decoding") as progress:
+        report = check_images(Path(args.dir), workers=args.workers, progress=progress)
+    if report.bad:
+        console.out.print(_issues_table(f"{len(report.bad)} file(s) that do not decode", report.bad))
+    if report.ignored:
+        n = len(report.ignored)
+        console.out.print(_issues_table(f"{n} {'entry' if n == 1 else 'entries'} ignored by the reader",
+                                        report.ignored))
+    console.out.print(_decoded_line(report))
+    output = Path(args.output) if args.output else default_skip_list(report.root)
+    try:
+        write_skip_list(report, output)
+    except OSError as e:
+        raise DataError(f"cannot write the skip list ({e.strerror or e}); choose another file with --output FILE.",
+                        file=output) from None
+    console.out.print(f"skip list: {escape(display_path(output))} ({len(report.bad)} file(s))")
+    return 0 if report.ok else 1
+
+
+def _issues_table(title: str, issues: Sequence[FileIssue]) -> Table:
+    rows = [[escape(issue.path), escape(issue.reason)] for issue in issues[:TABLE_ROWS]]
+    if len(issues) > TABLE_ROWS:
+        rows.append([f"... {len(issues) - TABLE_ROWS} more", ""])
+    return console.table(title, ["file", "reason"], rows, justify_numbers=False)
+
+
+def _decoded_line(report: CheckReport) -> str:
+    decoded = report.checked - len(report.bad)
+    formats = ", ".join(f"{fmt} {n}" for fmt, n in sorted(report.formats.items(), key=lambda kv: -kv[1]))
+    notes = [f"{n} {what}" for n, what in ((report.greyscale, "greyscale"), (report.cmyk, "CMYK")) if n]
+    line = f"{decoded} of {report.checked} files decode" + (f" ({formats})" if formats else "")
+    if notes:
+        line += f"; {', '.join(notes)} (DALI converts them to RGB)"
+    return line + "."
+
+
+def run_fingerprint(args) -> int:
+    from runner.data.scan import fingerprint
+
+    fp = fingerprint(Path(args.dir))
+    console.out.print(f"{escape(display_path(Path(args.dir)))}: {fp['files']} files in {fp['classes']} classes, "
+                      f"{fp['bytes']} bytes")
+    console.out.print(f"sha256 {fp['sha256']}")
+    return 0

@@ -1,0 +1,311 @@
+"""An ImageFolder as DALI's file reader sees it, its fingerprint, and a decode check of every file.
+
+fn.readers.file(file_root=ROOT) numbers every subfolder of ROOT (hidden ones too, empty ones too) by
+its place in the byte-sorted list of names, and reads the files directly inside each subfolder whose
+names match its default filters, case-insensitively, in sorted order. `scan_image_folder` reproduces
+that listing, so labels and order here are the reader's (tests compare them with a real pipeline).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from runner.data.pool import Progress, map_in_pool
+from runner.errors import DataError, display_path
+
+# fn.readers.file's default `file_filters` and `case_sensitive_filter` (DALI 2.4; a test compares them
+# with the installed DALI's schema). The audio patterns are the reader's too: such files are read and
+# then fail in the image decoder, so `check_images` reports them as bad.
+READER_FILE_FILTERS = ("*.jpg", "*.jpeg", "*.png", "*.bmp", "*.tif", "*.tiff", "*.pnm", "*.ppm", "*.pgm",
+                       "*.pbm", "*.jp2", "*.webp", "*.flac", "*.ogg", "*.wav")
+READER_CASE_SENSITIVE = False
+_SUFFIXES = tuple(f[1:] for f in READER_FILE_FILTERS)  # every filter is "*.ext"
+
+LAYOUT = "an ImageFolder: ROOT/<class>/<image>.jpg, one folder per class with the images directly inside"
+
+# where `runner data check` writes its list unless told otherwise, relative to the checked folder. A
+# file, not a folder such as ROOT/.runner/: the reader would number any subfolder as a class.
+DEFAULT_SKIP_LIST = ".runner-bad-files.txt"
+
+
+class FileIssue(NamedTuple):
+    """A file (relative to the scanned root) and why it is listed."""
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageFolderScan:
+    """The reader's view of ROOT: class names by label, and (relative path, label) in reading order."""
+    root: Path
+    classes: tuple[str, ...]
+    files: tuple[tuple[str, int], ...]
+    ignored: tuple[FileIssue, ...] = ()   # entries the reader passes over
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
+def reader_reads(name: str) -> bool:
+    """Whether fn.readers.file's default filters match this file name."""
+    return (name if READER_CASE_SENSITIVE else name.lower()).endswith(_SUFFIXES)
+
+
+def _sorted_names(names: list[str]) -> list[str]:
+    return sorted(names, key=os.fsencode)  # DALI sorts std::strings: byte order
+
+
+def scan_image_folder(root: str | Path) -> ImageFolderScan:
+    """List ROOT as fn.readers.file(file_root=ROOT) would; DataError when it is not an ImageFolder."""
+    root = Path(root)
+    classes, stray = _class_folders(root)
+    files: list[tuple[str, int]] = []
+    ignored = [FileIssue(name, "outside any class folder") for name in stray]
+    empty = []
+    for label, name in enumerate(classes):
+        images, skipped = _class_files(root / name)
+        files += [(f"{name}/{f}", label) for f in images]
+        ignored += [FileIssue(f"{name}/{f}", why) for f, why in skipped]
+        if not images:
+            empty.append(name)
+    if empty:
+        raise DataError(_empty_classes_message(root, classes, empty), file=root)
+    return ImageFolderScan(root=root, classes=tuple(classes), files=tuple(files), ignored=tuple(ignored))
+
+
+def _class_folders(root: Path) -> tuple[list[str], list[str]]:
+    """(subfolder names, sorted as the reader sorts them; names of other entries)."""
+    if not root.exists():
+        raise DataError(f"no such folder. Expected {LAYOUT}.", file=root)
+    if not root.is_dir():
+        raise DataError(f"is a file, not a folder. Expected {LAYOUT}.", file=root)
+    folders, others = [], []
+    for entry in _entries(root):
+        if entry.is_symlink() and not os.path.exists(entry.path):
+            raise DataError(f"'{entry.name}' is a broken symbolic link: DALI's reader stops on it ('Could not "
+                            "access ... during directory traversal'). Remove it.", file=root)
+        (folders if entry.is_dir() else others).append(entry.name)  # follows links, as the reader does
+    if not folders and not others:
+        raise DataError(f"the folder is empty. Expected {LAYOUT}.", file=root)
+    if not folders:
+        example = _sorted_names(others)[0]
+        raise DataError(f"no class folders, only {len(others)} file(s) such as '{example}'. Expected {LAYOUT}; "
+                        "put each class's images in a folder named after the class.", file=root)
+    return _sorted_names(folders), _sorted_names(others)
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError as e:
+        raise DataError(f"cannot list this folder ({e.strerror}).", file=folder) from None
+
+
+def _class_files(folder: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """(names the reader reads in `folder`, sorted; (name, why not) for the rest)."""
+    images, skipped = [], []
+    for entry in _entries(folder):
+        # the reader takes regular files and links (even broken ones), never folders or devices
+        kind_ok = entry.is_symlink() or entry.is_file(follow_symlinks=False)
+        if kind_ok and reader_reads(entry.name):
+            images.append(entry.name)
+        elif entry.is_dir(follow_symlinks=False):
+            named = "a folder named like an image" if reader_reads(entry.name) else "a folder"
+            skipped.append((entry.name, f"{named} (the reader reads no subfolders of class folders)"))
+        elif not kind_ok:
+            skipped.append((entry.name, "not a regular file"))
+        else:
+            skipped.append((entry.name, "extension not read by DALI's file reader"))
+    return _sorted_names(images), sorted(skipped, key=lambda s: os.fsencode(s[0]))
+
+
+def _empty_classes_message(root: Path, classes: list[str], empty: list[str]) -> str:
+    nested = [name for name in empty if any(e.is_dir() for e in _entries(root / name))]
+    shown = ", ".join(f"'{n}'" for n in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+    if len(empty) == len(classes) and nested:
+        return (f"no images directly inside its subfolders ({shown}); they hold folders. If this folder holds "
+                f"splits, point at one split, e.g. {display_path(root / nested[0])}. Expected {LAYOUT}.")
+    return (f"{len(empty)} of {len(classes)} class folders hold no images: {shown}. DALI's reader numbers every "
+            "subfolder as a class (hidden and empty ones too), so these would shift the labels; remove them or "
+            f"add images. Expected {LAYOUT}.")
+
+
+def fingerprint(root: str | Path) -> dict:
+    """files, bytes, classes and a sha256 over the sorted lines "relative/path<TAB>size" of what the reader reads.
+
+    Two machines with the same fingerprint train on the same file names and sizes (contents are not
+    hashed: that would read the whole dataset). A file that cannot be stat'ed counts as size -1.
+    """
+    scan = scan_image_folder(root)
+    lines, total = [], 0
+    for path, _ in scan.files:
+        size = _size(scan.root / path)
+        total += max(0, size)
+        lines.append(f"{path}\t{size}\n")
+    digest = hashlib.sha256("".join(sorted(lines)).encode("utf-8", "surrogateescape")).hexdigest()
+    return {"files": len(scan.files), "bytes": total, "classes": len(scan.classes), "sha256": digest}
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+# ---- decode check ------------------------------------------------------------------------------
+
+# what Pillow calls the formats DALI's image decoder reads (MPO: a camera JPEG with extra frames)
+DALI_DECODES = frozenset({"JPEG", "MPO", "PNG", "BMP", "TIFF", "PPM", "JPEG2000", "WEBP"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckReport:
+    """The result of decoding every file the reader would read under `root`."""
+    root: Path
+    checked: int
+    bad: tuple[FileIssue, ...]
+    ignored: tuple[FileIssue, ...]
+    formats: dict[str, int] = field(default_factory=dict)  # decodable files by format (JPEG, PNG, ...)
+    modes: dict[str, int] = field(default_factory=dict)    # ... and by colour mode (RGB, L, CMYK, ...)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad
+
+    @property
+    def greyscale(self) -> int:
+        return sum(n for mode, n in self.modes.items() if mode in ("1", "L", "LA", "I", "I;16", "F"))
+
+    @property
+    def cmyk(self) -> int:
+        return self.modes.get("CMYK", 0)
+
+    @property
+    def png(self) -> int:
+        return self.formats.get("PNG", 0)
+
+
+def check_images(root: str | Path, *, workers: int | None = None, progress: Progress | None = None) -> CheckReport:
+    """Fully decode every file the reader would read under ROOT (in a process pool); list those that fail.
+
+    Greyscale, CMYK, PNG, ... files that decode are fine (DALI converts them to RGB): they are only
+    counted. Files the reader passes over (other extensions, subfolders) are listed as `ignored`.
+    """
+    scan = scan_image_folder(root)
+    paths = [str(scan.root / path) for path, _ in scan.files]
+    results = map_in_pool(_decode, paths, workers=workers, progress=progress, initializer=_decoder_setup)
+    bad, formats, modes = [], Counter(), Counter()
+    for (path, _), (reason, fmt, mode) in zip(scan.files, results):
+        if reason:
+            bad.append(FileIssue(path, reason))
+        else:
+            formats[fmt] += 1
+            modes[mode] += 1
+    return CheckReport(root=scan.root, checked=len(paths), bad=tuple(bad), ignored=scan.ignored,
+                       formats=dict(formats), modes=dict(modes))
+
+
+def _decoder_setup() -> None:
+    import warnings
+
+    from PIL import Image, ImageFile
+
+    Image.MAX_IMAGE_PIXELS = None            # DALI decodes large images; Pillow's bomb guard would flag them
+    ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not decode to grey
+    warnings.simplefilter("ignore")          # EXIF and ICC complaints are not decode failures
+
+
+def _decode(path: str) -> tuple[str | None, str | None, str | None]:
+    """(why it fails or None, Pillow's format, colour mode) for one file."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        return _unreadable(path, e), None, None
+    if size == 0:
+        return "zero bytes", None, None
+    fmt = mode = None
+    try:
+        with Image.open(path) as image:
+            fmt, mode = image.format, image.mode
+            image.load()
+            image.convert("RGB")
+    except UnidentifiedImageError:
+        return f"not an image ({_sniff(path)})", None, None
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        return _unreadable(path, e), None, None
+    except Exception as e:  # noqa: BLE001 - any decoder failure is a bad file, reported with its reason
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        fmt = fmt or _magic_format(path)  # a file cut inside its header fails before Pillow names it
+        if "truncated" in message.lower():
+            return f"truncated {fmt or 'image'} (ends after {size} bytes)", fmt, mode
+        return f"does not decode as {fmt or 'an image'}: {message}", fmt, mode
+    if fmt not in DALI_DECODES:
+        return f"{fmt} image: DALI's decoder does not read {fmt} (convert it to JPEG or PNG)", fmt, mode
+    return None, fmt, mode
+
+
+_MAGIC = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG", "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"), (b"II*\0", "TIFF"),
+          (b"MM\0*", "TIFF"), (b"RIFF", "WEBP"), (b"\0\0\0\x0cjP", "JPEG2000"), (b"\xff\x4f\xff\x51", "JPEG2000"))
+
+
+def _magic_format(path: str) -> str | None:
+    with open(path, "rb") as f:
+        head = f.read(12)
+    return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+
+
+def _unreadable(path: str, e: OSError) -> str:
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"unreadable: broken symbolic link (to {os.readlink(path)})"
+    return f"unreadable: {e.strerror or e}"
+
+
+def _sniff(path: str) -> str:
+    with open(path, "rb") as f:
+        head = f.read(256)
+    try:
+        words = " ".join(head.decode("utf-8").split())
+    except UnicodeDecodeError:
+        words = None
+    if words is None or not words.isprintable():
+        return "unknown format, starts with " + head[:4].hex(" ")
+    return f"a text file: '{words[:30]}" + ("...'" if len(words) > 30 else "'")
+
+
+# ---- skip lists --------------------------------------------------------------------------------
+
+def default_skip_list(root: str | Path) -> Path:
+    """Where `runner data check ROOT` writes the skip list when --output is not given."""
+    return Path(root) / DEFAULT_SKIP_LIST
+
+
+def write_skip_list(report: CheckReport, path: str | Path) -> Path:
+    """One path (relative to the checked root) per line, after a comment header; written even when empty,
+    so that a list made before the files were fixed does not linger."""
+    path = Path(path)
+    header = [f"# files under {report.root.resolve()} that do not decode (runner data check):",
+              f"# {len(report.bad)} of {report.checked}; one path relative to that folder per line."]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(header + sorted(issue.path for issue in report.bad)) + "\n",
+                    encoding="utf-8", errors="surrogateescape")
+    return path
+
+
+def read_skip_list(path: str | Path) -> set[str]:
+    """The relative paths in a skip list (comment and blank lines left out)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        raise DataError("no such skip list; `runner data check ROOT` writes one.", file=path) from None
+    except OSError as e:
+        raise DataError(f"cannot read this skip list ({e.strerror}).", file=path) from None
+    return {line for line in text.splitlines() if line.strip() and not line.startswith("#")}
