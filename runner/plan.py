@@ -42,9 +42,9 @@ def split_dir(data: DataConfig, role: str) -> Path:
 
 
 def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
-    """`data_root` (when the pipeline declares it and the experiment left it) -> the split's folder."""
+    """`data_root` (when the pipeline declares it and the experiment left it, or set it to null) -> the split's folder."""
     params = dict(source.params)
-    if "data_root" in params and "data_root" not in source.explicit_params:
+    if "data_root" in params and ("data_root" not in source.explicit_params or params["data_root"] is None):
         params["data_root"] = str(split_dir(data, source.role))
     return dataclasses.replace(source, params=params)
 

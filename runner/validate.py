@@ -29,6 +29,10 @@ def check_names(loaded: LoadedExperiment) -> None:
     check_model(cfg.model, loaded.where)
     OPTIMIZERS.get(cfg.optimizer.name, **loaded.where("optimizer.name"))
     SCHEDULES.get(cfg.scheduler.name, **loaded.where("scheduler.name"))
+    if cfg.tracking.enabled:
+        from runner.tracking import resolve_tracking_uri
+
+        resolve_tracking_uri(cfg.tracking.uri, loaded.where("tracking.uri"))
     if cfg.data.loader == "torchvision":
         from runner.loaders.transforms import check_transforms
 

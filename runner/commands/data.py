@@ -1,5 +1,5 @@
-"""`runner data synth|check|fingerprint`: make a synthetic ImageFolder, find files that do not decode,
-print what a run would train on."""
+"""`runner data synth|check|fingerprint|cache`: make a synthetic ImageFolder, find files that do not decode,
+print what a run would train on, decode a dataset once into a cache of arrays."""
 from __future__ import annotations
 
 import argparse
@@ -18,6 +18,7 @@ from runner.errors import DataError, display_path
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from runner.data.cache import CacheSummary
     from runner.data.scan import CheckReport, FileIssue
 
 TABLE_ROWS = 50  # longer lists are in the skip list file
@@ -55,6 +56,14 @@ def register(sub) -> None:
     f = actions.add_parser("fingerprint", help="file count, bytes and a hash of names and sizes of an ImageFolder")
     f.add_argument("dir", metavar="DIR", help="an ImageFolder: DIR/<class>/<image>")
     f.set_defaults(handler=run_fingerprint)
+
+    k = actions.add_parser("cache", help="decode every image once into uint8 .npy arrays (a pre-decoded cache)")
+    k.add_argument("src", metavar="SRC", help="an ImageFolder (SRC/<class>/<image>) or a folder of splits (SRC/train, ...)")
+    k.add_argument("dst", metavar="DST", help="cache folder to create or resume; mirrors SRC's folders")
+    k.add_argument("--max-side", type=_positive, default=256, metavar="PX",
+                   help="shrink so that the longer side is at most PX, never enlarge (default: %(default)s)")
+    k.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
+    k.set_defaults(handler=run_cache)
 
 
 def _positive(text: str) -> int:
@@ -163,3 +172,35 @@ def run_fingerprint(args) -> int:
                       f"{fp['bytes']} bytes")
     console.out.print(f"sha256 {fp['sha256']}")
     return 0
+
+
+def run_cache(args) -> int:
+    from runner.data.cache import build_cache
+
+    with progress_bar("caching") as progress:
+        s = build_cache(Path(args.src), Path(args.dst), max_side=args.max_side, workers=args.workers,
+                        progress=progress)
+    if s.skipped:
+        console.out.print(_issues_table(f"{len(s.skipped)} file(s) that do not decode, left out", s.skipped))
+        console.out.print(f"skip list: {escape(display_path(s.skip_list))} ({len(s.skipped)} file(s))")
+    if s.stale:
+        shown = ", ".join(s.stale[:3]) + (f" and {len(s.stale) - 3} more" if len(s.stale) > 3 else "")
+        console.note(f"{len(s.stale)} entries in {display_path(s.root)} have no source image and would be read as "
+                     f"data: {shown}. Remove them, or build the cache into a new folder.")
+    console.out.print(_cache_line(s))
+    return 0
+
+
+def _cache_line(s: CacheSummary) -> str:
+    splits = ", ".join(f"{name} {n}" for name, n in s.splits.items() if name)
+    what = f"{s.images} images" + (f" ({splits})" if splits else "") + f", {s.classes} classes"
+    done = f"{s.written} written, {s.kept} already there" if s.kept else f"{s.written} written"
+    return (f"cached {what} into {escape(display_path(s.root))} (longer side <= {s.max_side} px): "
+            f"{_mib(s.cache_bytes)} for {_mib(s.jpeg_bytes)} of source images, {s.ratio:.2f}x the disk; "
+            f"{done}, in {s.seconds:.1f} s")
+
+
+def _mib(n: int) -> str:
+    if n >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"

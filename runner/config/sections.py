@@ -58,7 +58,8 @@ class TrainerConfig:
     label_smoothing: float = bounded(0.0, ge=0, lt=1)
     grad_clip_norm: float | None = bounded(None, gt=0)
     log_every_n_steps: int = bounded(20, ge=1)
-    eval_every_n_epochs: int = bounded(1, ge=1)
+    eval_every_n_epochs: int = bounded(1, ge=0)       # 0: no evaluation
+    checkpoint_every_n_epochs: int = bounded(1, ge=0)  # 0: only at the end (and on a stop signal)
     checkpoint_dir: str = "checkpoints"
     # multi-node: passed to torchrun's rendezvous
     nnodes: int = bounded(1, ge=1)

@@ -21,11 +21,15 @@ class PipelineArgs:
     seed: int
     prefetch_queue_depth: int = 2
     enable_checkpointing: bool = False
+    checkpoint: str | None = None  # a saved pipeline state to resume from (readers and RNGs)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(batch_size=self.batch_size, num_threads=self.num_threads, device_id=self.device_id,
-                    seed=self.seed, prefetch_queue_depth=self.prefetch_queue_depth,
-                    enable_checkpointing=self.enable_checkpointing)
+        out = dict(batch_size=self.batch_size, num_threads=self.num_threads, device_id=self.device_id,
+                   seed=self.seed, prefetch_queue_depth=self.prefetch_queue_depth,
+                   enable_checkpointing=self.enable_checkpointing)
+        if self.checkpoint is not None:
+            out["checkpoint"] = self.checkpoint
+        return out
 
 
 def python_value(value: Any) -> Any:
@@ -78,7 +82,13 @@ class _Builder:
 
 
 def _first_lines(e: Exception, limit: int = 3) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    """DALI's own words, without the Python traceback it wraps them in."""
+    text = str(e)
+    if "encountered:" in text:  # "Error in CPU operator ... traceback ... encountered: <reason> C++ context: ..."
+        where = text.split("\n", 2)[1].strip() if text.count("\n") > 1 else ""
+        text = (where + " " if where.startswith("Error in") else "") + text.split("encountered:", 1)[1]
+        text = text.split("C++ context:", 1)[0]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " ".join(lines[:limit]) or type(e).__name__
 
 
@@ -91,7 +101,7 @@ def build_pipeline(graph: CheckedGraph, args: PipelineArgs):
 
     define.__name__ = f"{graph.graph.role}_pipeline"
     # DALI's own auto_aug policies still call deprecated aliases (fn.experimental.equalize)
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"nvidia\.dali")
+    warnings.filterwarnings("ignore", message=r".*fn\.experimental\.\w+` is now deprecated", category=DeprecationWarning)
     kwargs = args.as_dict()
     if graph.conditionals:
         kwargs["enable_conditionals"] = True

@@ -1,0 +1,56 @@
+"""Checkpoints written atomically: a kill during the write never damages the last good one."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runner.errors import DataError
+
+LAST = "last.pt"
+
+
+def run_dir(checkpoint_dir: str | Path, experiment: str, run_id: str) -> Path:
+    """Where one run keeps its checkpoints: CHECKPOINT_DIR/EXPERIMENT/RUN_ID/."""
+    return Path(checkpoint_dir) / (experiment or "experiment") / run_id
+
+
+def save(state: dict[str, Any], directory: Path, name: str = LAST) -> Path:
+    """Write to a temporary file in the same folder, fsync, then rename over `name` (atomic on POSIX)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / name
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename itself durable
+        finally:
+            os.close(dir_fd)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise DataError(f"checkpoint {path} does not exist.") from None
+    except Exception as e:  # a foreign or damaged file
+        raise DataError(f"checkpoint {path} cannot be read ({type(e).__name__}: {e}).") from None
+
+
+def find_latest(checkpoint_dir: str | Path, experiment: str) -> Path | None:
+    """The most recently written last.pt of an experiment, if any."""
+    root = Path(checkpoint_dir) / (experiment or "experiment")
+    found = sorted(root.glob(f"*/{LAST}"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None

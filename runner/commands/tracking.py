@@ -1,0 +1,41 @@
+"""`runner tracking`: deliver runs kept offline while the tracking store did not answer."""
+from __future__ import annotations
+
+from runner import console
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tracking", help="offline tracking bundles: list them, deliver them to a store")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    s = verbs.add_parser("sync", help="deliver an offline bundle to a tracking store")
+    s.add_argument("bundle", help="bundle directory, e.g. ./mlflow-offline/<run id>")
+    s.add_argument("--uri", help="tracking store (default: the one the run was logging to)")
+    s.set_defaults(handler=sync)
+    q = verbs.add_parser("pending", help="list bundles not yet synced")
+    q.add_argument("--dir", default="mlflow-offline", help="where bundles are written (default ./mlflow-offline)")
+    q.set_defaults(handler=pending)
+
+
+def sync(args) -> int:
+    from runner.tracking import load_bundle, resolve_tracking_uri, sync_offline
+
+    where = {"file": "command line", "where": "--uri"}
+    uri = resolve_tracking_uri(args.uri or load_bundle(args.bundle).meta["uri"], where=where)
+    run_id = sync_offline(args.bundle, uri)
+    console.out.print(f"[green]synced[/] {args.bundle} -> run {run_id} at {uri}")
+    return 0
+
+
+def pending(args) -> int:
+    from runner.tracking import list_bundles, sync_command
+
+    bundles = list_bundles(args.dir)
+    if not bundles:
+        console.out.print(f"no bundles waiting in {args.dir}")
+        return 0
+    rows = [[b.path.name, b.meta["experiment"], b.meta.get("run_name") or "", b.meta["status"], b.meta["metrics"],
+             sync_command(b.path, b.meta["uri"])] for b in bundles]
+    console.out.print(console.table(f"{len(rows)} runs waiting for delivery",
+                                    ["bundle", "experiment", "run name", "status", "metrics", "deliver with"], rows,
+                                    justify_numbers=False))
+    return 0

@@ -1,0 +1,85 @@
+"""Process-group setup from torchrun's environment, and the few collectives the loop needs."""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+
+def under_torchrun() -> bool:
+    """True in a worker that torchrun (ours or the user's) started."""
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def setup(accelerator: str, timeout_s: float = 600) -> Dist:
+    """Join the process group torchrun prepared (NCCL on GPU, gloo on CPU); world 1 needs none."""
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if accelerator == "gpu":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if accelerator == "gpu" else "gloo"
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s),
+                                device_id=device if accelerator == "gpu" else None)
+    return Dist(rank=rank, world=world, local_rank=local_rank, local_world=local_world, device=device)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_sum(values: list[float] | torch.Tensor, d: Dist) -> torch.Tensor:
+    """Element-wise sum over ranks of a small vector (one collective; the caller's only sync point)."""
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.float64)
+    t = t.to(d.device, torch.float64)
+    if d.enabled:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.cpu()
+
+
+def all_gather_objects(obj, d: Dist) -> list:
+    """Every rank's `obj`, in rank order (used for per-rank loader state in checkpoints)."""
+    if not d.enabled:
+        return [obj]
+    out = [None] * d.world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj, d: Dist):
+    if not d.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()

@@ -1,0 +1,179 @@
+"""`runner launch`: prepare data, then run the worker here (one process) or under torchrun (several).
+
+Several processes are always started by PyTorch's own launcher (torch.distributed.run), with its
+rendezvous options passed through for multi-node runs; a worker that torchrun started (ours or
+the user's own `torchrun -m runner launch ...`) is recognised by torchrun's environment.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from runner import console
+from runner.errors import DataError
+from runner.machine import cpu_cores
+from runner.plan import data_root, split_dir, synth_dir
+
+WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
+
+
+def ensure_data(v, *, quiet: bool = False) -> None:
+    """Generate the synthetic set when data.root is unset; check the folders otherwise."""
+    cfg = v.config.data
+    if cfg.loader == "synthetic":
+        return
+    if cfg.root is None:
+        from runner.commands.data import progress_bar
+        from runner.data.synth import generate_synthetic
+
+        root, s = synth_dir(cfg.synth), cfg.synth
+        if not quiet:
+            console.note(f"data.root is unset: training on the synthetic ImageNet-like JPEG set in {root} "
+                         f"({s.classes} classes x {s.per_class} images; set data.root to use real data).")
+        with progress_bar("generating synthetic data") as progress:
+            generate_synthetic(root, classes=s.classes, per_class=s.per_class, eval_per_class=s.eval_per_class,
+                               min_side=s.min_side, max_side=s.max_side, quality=s.quality,
+                               progress=None if quiet else progress)
+        return
+    from runner.data.scan import scan_image_folder
+
+    for role in ("train", "eval"):
+        if role == "eval" and v.config.pipelines.eval is None and cfg.loader == "dali":
+            continue
+        scan_image_folder(split_dir(cfg, role))  # raises DataError naming the folder and the layout
+    if not data_root(cfg).is_dir():
+        raise DataError(f"data.root {cfg.root} does not exist.")
+
+
+def torchrun_command(v, experiment: str, overrides: list[str], extra: list[str]) -> list[str]:
+    tc = v.config.trainer
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={v.processes}",
+           f"--nnodes={tc.nnodes}", f"--max-restarts={tc.max_restarts}"]
+    if tc.nnodes > 1:
+        if not tc.rdzv_endpoint:
+            raise DataError("trainer.nnodes > 1 needs trainer.rdzv_endpoint=HOST:PORT (node 0's address).")
+        cmd += [f"--node-rank={tc.node_rank}", f"--rdzv-backend={tc.rdzv_backend}",
+                f"--rdzv-endpoint={tc.rdzv_endpoint}", f"--rdzv-id={tc.rdzv_id}"]
+    else:
+        cmd += ["--standalone"]
+    return cmd + ["-m", "runner", "launch", experiment, *overrides, *extra]
+
+
+def launch(v, experiment: str, overrides: list[str], *, resume: str | None = None) -> int:
+    """Run the experiment to its end; returns the process exit code."""
+    from runner.dist import under_torchrun
+
+    if under_torchrun():
+        return run_worker(v, resume=resume)
+    ensure_data(v)
+    if v.target.world == 1:
+        return run_worker(v, resume=resume)
+    env = dict(os.environ)
+    env[WORKER_ENV] = str(os.getpid())
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cpu_cores() // v.processes)))
+    extra = ["--resume", resume] if resume else []
+    cmd = torchrun_command(v, experiment, overrides, extra)
+    console.note(f"starting {v.processes} processes per node with torchrun: {' '.join(cmd[2:])}")
+    return subprocess.call(cmd, env=env)
+
+
+def run_params(v, world: int) -> dict[str, str]:
+    """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
+    from runner import runinfo
+    from runner.data.scan import fingerprint
+    from runner.tracking import flatten
+
+    extra = dict(runinfo.seeds(v.config, world))
+    if v.config.data.loader != "synthetic":
+        for role in ("train", "eval"):
+            folder = split_dir(v.config.data, role)
+            if folder.is_dir():
+                extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fingerprint(folder).items()})
+    return {**flatten(v.loaded.resolved), **flatten(extra)}
+
+
+def log_run_inputs(v, tracker, world: int) -> None:
+    """Tags, the resolved YAML and the compiled pipelines: what a re-run on another machine needs."""
+    from omegaconf import OmegaConf
+
+    from runner import runinfo
+    from runner.commands.compile import compiled_source
+
+    tracker.set_tags(runinfo.run_tags(v, world))
+    tracker.log_text(OmegaConf.to_yaml(v.loaded.resolved), "experiment.yaml")
+    for role in v.graphs:
+        tracker.log_text(compiled_source(v, role), f"pipelines/{role}_pipeline.py")
+
+
+def run_worker(v, *, resume: str | None = None) -> int:
+    """One training process: join the group, train, record, tear down."""
+    from runner import checkpoint, dist
+    from runner.commands.launch import print_summary
+    from runner.train import train
+
+    d = dist.setup(v.target.accelerator)
+    torch_threads(d)
+    tracker = None
+    try:
+        if dist.under_torchrun() and d.local_rank == 0 and WORKER_ENV not in os.environ:
+            ensure_data(v, quiet=d.rank != 0)  # started by the user's own torchrun: nobody did it yet
+        dist.barrier(d)
+        state = checkpoint.load(resolve_resume(v, resume)) if resume else None
+        run_id = state["run_id"] if state else None
+        from runner.tracking import create_tracker
+
+        tracker = create_tracker(v.config.tracking, rank=d.rank, resume_run_id=run_id,
+                                 where=v.loaded.where("tracking.uri"))
+        if d.main:
+            run_id = tracker.start(run_params(v, d.world)) or run_id or uuid.uuid4().hex
+            if not state:
+                log_run_inputs(v, tracker, d.world)
+        run_id = dist.broadcast_object(run_id, d)
+        result = train(v, d, tracker, run_id=run_id, resume=state)
+        if d.main:
+            summary = {**asdict(result), "checkpoint": str(result.checkpoint) if result.checkpoint else None}
+            tracker.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
+            tracker.set_tags({"runner.checkpoint": str(result.checkpoint or "")})
+            finished = tracker.finish(result.status)
+            print_summary(v, result, finished)
+        return 0 if result.status == "FINISHED" else 128 + int(result.signal or 15)
+    except BaseException:
+        if tracker is not None:
+            tracker.finish("FAILED")
+        raise
+    finally:
+        dist.teardown()
+
+
+def torch_threads(d) -> None:
+    import torch
+
+    if d.device.type == "cpu":
+        torch.set_num_threads(max(1, cpu_cores() // max(1, d.local_world)))
+
+
+def resolve_resume(v, resume: str) -> Path:
+    """--resume PATH | RUN_ID | last -> a checkpoint file."""
+    from runner import checkpoint
+
+    tc = v.config.trainer
+    path = Path(resume)
+    if path.is_file():
+        return path
+    if path.is_dir() and (path / checkpoint.LAST).is_file():
+        return path / checkpoint.LAST
+    if resume == "last":
+        found = checkpoint.find_latest(tc.checkpoint_dir, v.config.name)
+        if found is None:
+            raise DataError(f"--resume: no checkpoint of experiment '{v.config.name}' under {tc.checkpoint_dir}/.")
+        return found
+    candidate = checkpoint.run_dir(tc.checkpoint_dir, v.config.name, resume) / checkpoint.LAST
+    if candidate.is_file():
+        return candidate
+    raise DataError(f"--resume {resume}: not a checkpoint file, a run folder, a run id with a checkpoint under "
+                    f"{tc.checkpoint_dir}/{v.config.name}/, or 'last'.")

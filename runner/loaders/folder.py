@@ -1,0 +1,87 @@
+"""The seed's baseline: torchvision ImageFolder + DataLoader, PIL decode and transforms on CPU workers."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from runner.errors import DataError
+from runner.machine import cpu_cores
+from runner.plan import Target, split_dir
+
+
+class _ShardSampler(Sampler):
+    """This rank's slice of a per-epoch permutation shared by all ranks (train), or a plain slice (eval)."""
+
+    def __init__(self, n: int, target: Target, seed: int, shuffle: bool, batch: int, drop_last: bool):
+        self.n, self.target, self.seed, self.shuffle = n, target, seed, shuffle
+        per_rank = n // target.world if drop_last else -(-n // target.world)
+        self.length = (per_rank // batch) * batch if drop_last else per_rank
+        self.epoch, self.skip = 0, 0
+
+    def indices(self) -> list[int]:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.n, generator=g).tolist()
+        else:
+            order = list(range(self.n))
+        mine = order[self.target.rank::self.target.world]
+        return mine[:self.length]
+
+    def __iter__(self):
+        return iter(self.indices()[self.skip:])
+
+    def __len__(self) -> int:
+        return self.length - self.skip
+
+
+class FolderLoader:
+    def __init__(self, dataset, sampler: _ShardSampler, loader: DataLoader, role: str, batch: int,
+                 device: torch.device):
+        self.dataset, self.sampler, self.loader, self.role, self.device = dataset, sampler, loader, role, device
+        self.steps_per_epoch = -(-sampler.length // batch)
+        self.samples_per_epoch = sampler.length
+        self.batch = batch
+        self._epoch = 0
+
+    @classmethod
+    def create(cls, v, role: str, target: Target, device: torch.device, *, state: Any = None) -> "FolderLoader":
+        from torchvision.datasets import ImageFolder
+
+        from runner.loaders.transforms import build_transforms
+
+        cfg = v.config.data
+        tv = cfg.torchvision
+        train_tf, eval_tf = build_transforms(tv, v.loaded.where)
+        root = split_dir(cfg, role)
+        if not root.is_dir():
+            raise DataError(f"{role} data folder {root} does not exist (data.root/{cfg.train_split if role == 'train' else cfg.eval_split}).")
+        dataset = ImageFolder(str(root), transform=train_tf if role == "train" else eval_tf)
+        batch = cfg.batch_size if role == "train" else (cfg.eval_batch_size or cfg.batch_size)
+        sampler = _ShardSampler(len(dataset), target, v.config.seed, shuffle=role == "train", batch=batch,
+                                drop_last=role == "train")
+        if role == "train" and sampler.length == 0:
+            raise DataError(f"the training set has {len(dataset)} images: fewer than one batch of {batch} per process.")
+        workers = max(0, cpu_cores() // target.local_world - 1) if tv.num_workers == "auto" else tv.num_workers
+        loader = DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=workers,
+                            pin_memory=tv.pin_memory and device.type == "cuda", drop_last=role == "train",
+                            persistent_workers=tv.persistent_workers and workers > 0,
+                            prefetch_factor=tv.prefetch_factor if workers > 0 else None)
+        out = cls(dataset, sampler, loader, role, batch, device)
+        if state:
+            out._epoch = state["epoch"]
+        return out
+
+    def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.sampler.epoch, self.sampler.skip = self._epoch, start_batch * self.batch
+        for images, labels in self.loader:
+            yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+        self.sampler.skip = 0
+        self._epoch += 1
+
+    def state(self) -> Any:
+        return {"epoch": self._epoch}
+
+    def close(self) -> None:
+        self.loader = None

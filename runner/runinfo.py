@@ -1,0 +1,65 @@
+"""What a run records about itself so that someone else can re-run it: versions, machine, code, data."""
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_state(path: Path = PACKAGE_ROOT) -> dict[str, str]:
+    """Commit and dirty flag of the checkout holding `path` (empty outside git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"git.commit": commit, "git.dirty": str(dirty).lower()}
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "torchvision", "mlflow", "runner", "numpy", "pillow"):
+        try:
+            out[f"version.{dist}"] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    for dist in ("nvidia-dali-cuda130", "nvidia-dali-cuda120"):
+        try:
+            out["version.dali"] = f"{metadata.version(dist)} ({dist})"
+        except metadata.PackageNotFoundError:
+            continue
+    import torch
+
+    out["version.torch_cuda"] = str(torch.version.cuda)
+    if torch.cuda.is_available():
+        out["version.cudnn"] = str(torch.backends.cudnn.version())
+    return out
+
+
+def run_tags(v, world: int) -> dict[str, str]:
+    """Tags logged with every run: code, versions, machine, GPUs, layout."""
+    from runner.telemetry import gpu_info
+
+    cfg = v.config
+    tags = {"host": socket.gethostname(), "platform": platform.platform(), "accelerator": v.target.accelerator,
+            "world_size": str(world), "loader": cfg.data.loader, "experiment_file": str(v.loaded.path),
+            "overrides": " ".join(v.loaded.overrides)}
+    tags.update(git_state())
+    tags.update(versions())
+    tags.update(gpu_info())
+    return {f"runner.{k}" if not k.startswith(("git.", "gpu.", "version.")) else k: val for k, val in tags.items()}
+
+
+def seeds(cfg, world: int) -> dict[str, Any]:
+    """Every seed a run uses (see plan.pipeline_args and dsl.check for where they go)."""
+    return {"seed.torch": cfg.seed, "seed.reader_shuffle": cfg.seed,
+            "seed.dali_train": [cfg.seed + 1000 * r for r in range(world)],
+            "seed.dali_eval": [cfg.seed + 1000 * r + 17 for r in range(world)]}

@@ -1,0 +1,102 @@
+"""The loader contract: shards, epochs, step counts, devices, and the three loaders' agreement."""
+import textwrap
+
+import pytest
+import torch
+
+from runner.dist import Dist
+from runner.loaders import create_loader
+from runner.plan import Target
+from runner.validate import validate
+
+# a pipeline whose "images" are the file paths, so tests can see which samples each rank read
+PATHS = """\
+data: {{root: {root}, batch_size: {batch}}}
+pipelines:
+  train:
+    steps:
+      - jpegs, labels = readers.file(file_root=$data_root, shuffle_after_epoch=True)
+      - paths = get_property(jpegs, key="source_info")
+    outputs: [paths, labels]
+    params: {{data_root: null}}
+  eval:
+    steps:
+      - jpegs, labels = readers.file(file_root=$data_root)
+      - paths = get_property(jpegs, key="source_info")
+    outputs: [paths, labels]
+    params: {{data_root: null}}
+"""
+
+
+def names(batch: torch.Tensor) -> list[str]:
+    return [bytes(row.tolist()).decode().rstrip("\0") for row in batch.to(torch.uint8)]
+
+
+def loaders_for(project, root, batch, world, role):
+    path = project / "experiments" / "paths.yaml"
+    path.write_text(PATHS.format(root=root, batch=batch))
+    v = validate(path, accelerator="cpu")
+    return [create_loader(v, role, Dist(rank=r, world=world)) for r in range(world)]
+
+
+@pytest.mark.parametrize("world,batch", [(2, 4), (3, 2), (2, 5)])
+def test_train_shards_are_disjoint_and_equal_in_steps(project, image_dataset, world, batch):
+    loaders = loaders_for(project, image_dataset, batch, world, "train")
+    total = 24
+    assert len({ld.steps_per_epoch for ld in loaders}) == 1
+    assert loaders[0].steps_per_epoch == (total // world) // batch
+    for _ in range(3):  # epochs: reshuffled, still disjoint, all full batches
+        seen = []
+        for ld in loaders:
+            batches = list(ld.epoch())
+            assert len(batches) == ld.steps_per_epoch
+            assert all(b[0].shape[0] == batch for b in batches)
+            seen.append([n for b in batches for n in names(b[0])])
+        flat = [n for s in seen for n in s]
+        assert len(flat) == len(set(flat)), "a sample was read by two ranks"
+        # at most one batch per rank (plus the shard remainder) is left out of an epoch
+        assert total - len(flat) < world * batch + world
+
+
+@pytest.mark.parametrize("world,batch", [(1, 4), (2, 4), (4, 2)])
+def test_eval_covers_every_sample_once(project, image_dataset, world, batch):
+    loaders = loaders_for(project, image_dataset, batch, world, "eval")
+    for _ in range(2):
+        seen = [n for ld in loaders for b in ld.epoch() for n in names(b[0])]
+        assert sorted(seen) == sorted(f"c{c}/{i:03d}.jpg" for c in range(3) for i in range(3))
+
+
+def test_labels_are_int64_on_the_device(project, image_dataset):
+    (project / "experiments" / "e.yaml").write_text(
+        f"data: {{root: {image_dataset}, batch_size: 4}}\n"
+        "pipelines: {train: {use: imagenet_train, params: {size: 32}}}\n")
+    v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
+    images, labels = next(iter(create_loader(v, "train", Dist()).epoch()))
+    assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32
+    assert labels.shape == (4,) and labels.dtype == torch.int64 and 0 <= labels.min() <= labels.max() < 3
+
+
+def test_torchvision_and_synthetic_loaders_follow_the_contract(project, image_dataset):
+    (project / "experiments" / "tv.yaml").write_text(textwrap.dedent(f"""\
+        model: {{num_classes: 3}}
+        data:
+          root: {image_dataset}
+          batch_size: 4
+          image_size: 32
+          torchvision:
+            num_workers: 0
+            train: ["RandomResizedCrop(32)", "ToTensor()"]
+            eval: ["Resize(36)", "CenterCrop(32)", "ToTensor()"]
+        """))
+    for loader in ("torchvision", "synthetic"):
+        v = validate(project / "experiments" / "tv.yaml", [f"data.loader={loader}"], accelerator="cpu")
+        for world in (1, 2):
+            train = [create_loader(v, "train", Dist(rank=r, world=world)) for r in range(world)]
+            assert len({t.steps_per_epoch for t in train}) == 1
+            batches = list(train[0].epoch())
+            assert len(batches) == train[0].steps_per_epoch
+            images, labels = batches[0]
+            assert images.shape == (4, 3, 32, 32) and labels.dtype == torch.int64
+        if loader == "torchvision":
+            evals = [create_loader(v, "eval", Dist(rank=r, world=2)) for r in range(2)]
+            assert sum(len(lbl) for ev in evals for _, lbl in ev.epoch()) == 9

@@ -1,0 +1,81 @@
+"""Telemetry: loader arithmetic on given clock readings, real psutil and (absent) NVML readings."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from runner.telemetry import CpuSampler, GpuSampler, LoaderMeter, LoaderWindow, _nvml, gpu_info
+
+
+def test_loader_window_and_epoch_arithmetic():
+    m = LoaderMeter(now=100.0)
+    m.wait(0.5)
+    m.step(32, now=101.0)
+    m.wait(0.25)
+    m.step(32, now=102.0)
+    assert m.window() == LoaderWindow(steps=2, images=64, seconds=2.0, wait_s=0.75,
+                                      images_per_s=32.0, data_wait_share=0.375)
+    m.wait(1.0)
+    m.step(32, now=104.0)
+    assert m.window() == LoaderWindow(steps=1, images=32, seconds=2.0, wait_s=1.0,
+                                      images_per_s=16.0, data_wait_share=0.5)
+    assert m.epoch() == LoaderWindow(steps=3, images=96, seconds=4.0, wait_s=1.75,
+                                     images_per_s=24.0, data_wait_share=0.4375)
+
+
+def test_loader_window_without_steps_is_empty_and_keeps_its_start():
+    m = LoaderMeter(now=10.0)
+    assert m.window() == LoaderWindow(steps=0, images=0, seconds=0.0, wait_s=0.0,
+                                      images_per_s=0.0, data_wait_share=0.0)
+    m.step(8, now=12.0)
+    assert m.window().seconds == 2.0
+
+
+def test_start_epoch_restarts_window_and_epoch():
+    m = LoaderMeter(now=0.0)
+    m.wait(3.0)
+    m.step(10, now=5.0)
+    m.start_epoch(now=50.0)  # e.g. after evaluation: its time counts in neither
+    m.wait(0.5)
+    m.step(10, now=51.0)
+    assert m.window().seconds == 1.0
+    e = m.epoch()
+    assert (e.steps, e.images, e.seconds, e.data_wait_share) == (1, 10, 1.0, 0.5)
+    assert m.window().metrics() == {"loader/images_per_s": 0.0, "loader/data_wait_share": 0.0}
+
+
+def test_cpu_sampler_reports_system_and_process_load():
+    cpu = CpuSampler()
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:  # burn CPU in this process
+        pass
+    w = cpu.window()
+    assert 0.0 <= w.system_pct <= 100.0
+    assert w.process_pct > 10.0  # % of one core; the busy loop used about one
+    assert set(w.metrics()) == {"cpu/system_pct", "cpu/process_pct"}
+
+
+nvml_present = _nvml() is not None
+
+
+@pytest.mark.skipif(nvml_present, reason="NVML is present on this machine")
+def test_gpu_sampler_without_nvml_returns_none():
+    with GpuSampler([0], period_s=0.01) as gpu:
+        time.sleep(0.05)
+        assert gpu.window() is None
+        assert gpu.summary() is None
+    assert gpu_info() == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvml_present, reason="needs NVML (an NVIDIA driver)")
+def test_gpu_sampler_with_nvml_reads_device_zero():
+    with GpuSampler([0], period_s=0.01) as gpu:
+        time.sleep(0.1)
+        w = gpu.window()
+        assert w is not None and w.samples >= 2 and w.devices[0].index == 0
+        assert 0.0 <= w.util_pct <= 100.0 and w.peak_mem_gib >= w.mem_gib > 0.0
+        assert gpu.summary().samples >= w.samples
+    info = gpu_info()
+    assert int(info["gpu.count"]) >= 1 and info["gpu.model"]
