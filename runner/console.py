@@ -7,8 +7,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-out = Console(soft_wrap=True, highlight=False)
-err = Console(stderr=True, soft_wrap=True, highlight=False)
+# logs and pipes get wide tables instead of rich's 80 columns
+_WIDTH = None if sys.stdout.isatty() else 150
+out = Console(soft_wrap=True, highlight=False, width=_WIDTH)
+err = Console(stderr=True, soft_wrap=True, highlight=False, width=_WIDTH)
 
 
 def error(message: str) -> None:

@@ -45,7 +45,7 @@ def ensure_data(v, *, quiet: bool = False) -> None:
     for role in ("train", "eval"):
         if role == "eval" and v.config.pipelines.eval is None and cfg.loader == "dali":
             continue
-        scan_image_folder(split_dir(cfg, role))  # raises DataError naming the folder and the layout
+        scan_image_folder(split_dir(cfg, role), reader_suffixes(v, role))  # DataError names folder and layout
     if not data_root(cfg).is_dir():
         raise DataError(f"data.root {cfg.root} does not exist.")
 
@@ -93,8 +93,19 @@ def run_params(v, world: int) -> dict[str, str]:
         for role in ("train", "eval"):
             folder = split_dir(v.config.data, role)
             if folder.is_dir():
-                extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fingerprint(folder).items()})
+                fp = fingerprint(folder, reader_suffixes(v, role))
+                extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
     return {**flatten(v.loaded.resolved), **flatten(extra)}
+
+
+def reader_suffixes(v, role: str) -> tuple[str, ...]:
+    """The file endings the role's reader reads (its file_filters; DALI's defaults otherwise)."""
+    from runner.data.scan import filter_suffixes
+
+    graph = v.graphs.get(role) if v.config.data.loader == "dali" else None
+    reader = graph.steps[0].node if graph else None
+    filters = dict(reader.kwargs).get("file_filters") if reader is not None else None
+    return filter_suffixes(filters.value if filters is not None else None)
 
 
 def log_run_inputs(v, tracker, world: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-COMMANDS = ["validate", "compile", "ops", "data", "launch", "ui", "tracking"]
+COMMANDS = ["validate", "compile", "ops", "data", "launch", "bench", "tune", "ui", "tracking"]
 
 
 def load_command(name: str) -> ModuleType:

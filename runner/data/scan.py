@@ -50,16 +50,25 @@ class ImageFolderScan:
         return len(self.files)
 
 
-def reader_reads(name: str) -> bool:
-    """Whether fn.readers.file's default filters match this file name."""
-    return (name if READER_CASE_SENSITIVE else name.lower()).endswith(_SUFFIXES)
+def reader_reads(name: str, suffixes: tuple[str, ...] = _SUFFIXES) -> bool:
+    """Whether fn.readers.file's filters (by default its default ones) match this file name."""
+    return (name if READER_CASE_SENSITIVE else name.lower()).endswith(suffixes)
+
+
+def filter_suffixes(file_filters: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """A reader's `file_filters` (["*.npy"]) as suffixes; the default filters when None."""
+    if not file_filters:
+        return _SUFFIXES
+    if not all(f.startswith("*.") and "*" not in f[1:] for f in file_filters):
+        raise DataError(f"file_filters {list(file_filters)}: only '*.ext' patterns are understood here.")
+    return tuple(f[1:].lower() for f in file_filters)
 
 
 def _sorted_names(names: list[str]) -> list[str]:
     return sorted(names, key=os.fsencode)  # DALI sorts std::strings: byte order
 
 
-def scan_image_folder(root: str | Path) -> ImageFolderScan:
+def scan_image_folder(root: str | Path, suffixes: tuple[str, ...] = _SUFFIXES) -> ImageFolderScan:
     """List ROOT as fn.readers.file(file_root=ROOT) would; DataError when it is not an ImageFolder."""
     root = Path(root)
     classes, stray = _class_folders(root)
@@ -67,7 +76,7 @@ def scan_image_folder(root: str | Path) -> ImageFolderScan:
     ignored = [FileIssue(name, "outside any class folder") for name in stray]
     empty = []
     for label, name in enumerate(classes):
-        images, skipped = _class_files(root / name)
+        images, skipped = _class_files(root / name, suffixes)
         files += [(f"{name}/{f}", label) for f in images]
         ignored += [FileIssue(f"{name}/{f}", why) for f, why in skipped]
         if not images:
@@ -106,13 +115,13 @@ def _entries(folder: Path) -> list[os.DirEntry]:
         raise DataError(f"cannot list this folder ({e.strerror}).", file=folder) from None
 
 
-def _class_files(folder: Path) -> tuple[list[str], list[tuple[str, str]]]:
+def _class_files(folder: Path, suffixes: tuple[str, ...] = _SUFFIXES) -> tuple[list[str], list[tuple[str, str]]]:
     """(names the reader reads in `folder`, sorted; (name, why not) for the rest)."""
     images, skipped = [], []
     for entry in _entries(folder):
         # the reader takes regular files and links (even broken ones), never folders or devices
         kind_ok = entry.is_symlink() or entry.is_file(follow_symlinks=False)
-        if kind_ok and reader_reads(entry.name):
+        if kind_ok and reader_reads(entry.name, suffixes):
             images.append(entry.name)
         elif entry.is_dir(follow_symlinks=False):
             named = "a folder named like an image" if reader_reads(entry.name) else "a folder"
@@ -135,13 +144,13 @@ def _empty_classes_message(root: Path, classes: list[str], empty: list[str]) -> 
             f"add images. Expected {LAYOUT}.")
 
 
-def fingerprint(root: str | Path) -> dict:
+def fingerprint(root: str | Path, suffixes: tuple[str, ...] = _SUFFIXES) -> dict:
     """files, bytes, classes and a sha256 over the sorted lines "relative/path<TAB>size" of what the reader reads.
 
     Two machines with the same fingerprint train on the same file names and sizes (contents are not
     hashed: that would read the whole dataset). A file that cannot be stat'ed counts as size -1.
     """
-    scan = scan_image_folder(root)
+    scan = scan_image_folder(root, suffixes)
     lines, total = [], 0
     for path, _ in scan.files:
         size = _size(scan.root / path)

@@ -1,0 +1,1 @@
+"""`runner bench`: loader variants measured in fresh processes, reported as tables and charts."""

@@ -1,0 +1,192 @@
+"""One benchmark measurement in a fresh process: `python -m runner.bench.measure SPEC.json OUT.json`.
+
+Each variant runs in its own process (as bench/anchor.py does) so DataLoader forks, DALI
+threads and GPU memory of one variant never affect the next. Clocks are read after a device
+synchronisation; warm-up steps (cuDNN autotuning, torch.compile, filling prefetch queues) are
+excluded; the measured stretch is long enough to drain the prefetch queues several times over.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from itertools import chain, repeat
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runner.dist import Dist, setup
+
+
+def _sync(d: Dist) -> None:
+    if d.device.type == "cuda":
+        torch.cuda.synchronize(d.device)
+
+
+def _batches(loader):
+    """Endless batches over epochs."""
+    return chain.from_iterable(loader.epoch() for _ in repeat(None))
+
+
+def loader_only(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
+    from runner.loaders import create_loader
+    from runner.telemetry import GpuSampler
+
+    loader = create_loader(v, "train", d)
+    batches = _batches(loader)
+    for _ in range(warmup):
+        images, _ = next(batches)
+    _sync(d)
+    with GpuSampler([d.local_rank]) if d.device.type == "cuda" else _Nothing() as gpu:
+        t = time.perf_counter()
+        for _ in range(steps):
+            images, _ = next(batches)
+        _sync(d)
+        dt = time.perf_counter() - t
+    util = gpu.summary() if gpu else None
+    batch = images.shape[0]
+    return {"images_per_s": steps * batch / dt, "gpu_util_pct": util.util_pct if util else None,
+            "seconds": dt, "steps": steps, "batch": batch, "shape": list(images.shape), "dtype": str(images.dtype)}
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return None
+
+
+class CaptureTracker:
+    """Keeps the interval metrics the training loop logs; forwards them to a real tracker too."""
+
+    def __init__(self, inner=None):
+        self.inner, self.windows = inner, []
+
+    def log_metrics(self, metrics, step):
+        if "loader/images_per_s" in metrics:
+            self.windows.append((step, dict(metrics)))
+        if self.inner is not None:
+            self.inner.log_metrics(metrics, step)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
+    """Training through runner's own loop (telemetry, tracking, progress on), warm-up windows dropped."""
+    from runner.train import train
+
+    capture = CaptureTracker(tracker)
+    result = train(v, d, capture, run_id=f"bench-{int(time.time())}")
+    kept = [m for step, m in capture.windows if step > warmup]
+    if not kept:
+        raise RuntimeError("no measured window: steps must exceed the warm-up")
+    batch = v.config.data.batch_size * d.world
+    # equal images per window: the rate over all of them is the harmonic mean of the window rates
+    ips = len(kept) / sum(1 / m["loader/images_per_s"] for m in kept)
+    utils = [m["gpu/util_pct"] for m in kept if "gpu/util_pct" in m]
+    return {"images_per_s": ips, "data_wait_share": sum(m["loader/data_wait_share"] for m in kept) / len(kept),
+            "gpu_util_pct": sum(utils) / len(utils) if utils else None, "windows": len(kept),
+            "steps": result.steps - warmup, "batch": batch, "final_loss": kept[-1]["train/loss"]}
+
+
+def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
+    """The same loader and model in the plainest loop (anchor.py's): what runner's extras are compared with."""
+    from torch import nn
+
+    from runner.loaders import create_loader
+    from runner.models import create_model
+    from runner.optim import create_optimizer
+    from runner.train import AMP_DTYPES, configure_torch
+
+    cfg, tc = v.config, v.config.trainer
+    configure_torch(cfg, d)
+    model = create_model(cfg.model).to(d.device)
+    if tc.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    opt = create_optimizer(model, cfg.optimizer, cfg.data.batch_size)
+    net = torch.compile(model) if tc.compile else model
+    crit = nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)
+    amp = {"device_type": d.device.type, "dtype": AMP_DTYPES.get(tc.precision, torch.float32),
+           "enabled": tc.precision in AMP_DTYPES}
+    batches = _batches(create_loader(v, "train", d))
+    wait = 0.0
+
+    def step():
+        nonlocal wait
+        t0 = time.perf_counter()
+        x, y = next(batches)
+        wait += time.perf_counter() - t0
+        if tc.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(**amp):
+            loss = crit(net(x).float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    _sync(d)
+    wait = 0.0
+    t = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    _sync(d)
+    dt = time.perf_counter() - t
+    return {"images_per_s": steps * cfg.data.batch_size / dt, "data_wait_share": wait / dt, "seconds": dt,
+            "steps": steps, "final_loss": loss.item()}
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    from runner.validate import validate
+
+    mode, warmup, steps = spec["mode"], spec["warmup"], spec["steps"]
+    overrides = list(spec["overrides"])
+    if mode == "e2e":
+        overrides += [f"trainer.max_steps={warmup + steps}", f"trainer.log_every_n_steps={spec['window']}",
+                      "trainer.epochs=100000", "trainer.eval_every_n_epochs=0", "trainer.checkpoint_every_n_epochs=0",
+                      f"trainer.checkpoint_dir={spec['scratch']}"]
+    v = validate(spec["experiment"], overrides)
+    d = setup(v.target.accelerator)
+    from runner.launch import torch_threads
+
+    torch_threads(d)
+    if mode == "loader":
+        return loader_only(v, d, warmup, steps)
+    if mode == "bare":
+        return bare_loop(v, d, warmup, steps)
+    tracker = None
+    if spec.get("parent_run_id") and v.config.tracking.enabled:
+        from runner.launch import run_params
+        from runner.tracking import MlflowTracker, resolve_tracking_uri
+
+        tracker = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri), v.config.tracking.experiment,
+                                run_name=spec["name"], tags={"mlflow.parentRunId": spec["parent_run_id"],
+                                                             "runner.bench.variant": spec["name"]})
+        tracker.start(run_params(v, d.world))
+    try:
+        out = end_to_end(v, d, warmup, steps, tracker)
+    except BaseException:
+        if tracker:
+            tracker.finish("FAILED")
+        raise
+    if tracker:
+        tracker.log_metrics({f"bench/{k}": float(val) for k, val in out.items() if isinstance(val, (int, float))}, 0)
+        tracker.finish("FINISHED")
+        out["run_id"] = tracker.run_id
+    return out
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    result = run(spec)
+    Path(argv[1]).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

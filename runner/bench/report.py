@@ -1,0 +1,79 @@
+"""Bench results as people compare them: the seed-style table (terminal and markdown) and a chart."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.bench.suite import BenchResult
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def rows(result: BenchResult) -> list[list[str]]:
+    """configuration, loader-only img/s, end-to-end img/s, share of the ceiling, GPU util, data wait, bare loop."""
+    out = []
+    for r in result.rows:
+        e2e = r.e2e or {}
+        util = e2e.get("gpu_util_pct")
+        bare = r.bare or {}
+        overhead = (e2e["images_per_s"] / bare["images_per_s"]) if e2e and bare else None
+        out.append([r.variant, r.description, _num((r.loader or {}).get("images_per_s")),
+                    _num(e2e.get("images_per_s")), _pct(r.ratio(result.ceiling)),
+                    "-" if util is None else f"{util:.0f}%", _pct(e2e.get("data_wait_share")),
+                    _num(bare.get("images_per_s")), _pct(overhead) if overhead else "-",
+                    "; ".join(f"{k}: failed" for k in r.errors)])
+    return out
+
+
+COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
+           "bare-loop img/s", "runner/bare", "errors"]
+
+
+def markdown(result: BenchResult) -> str:
+    body = rows(result)
+    keep = [i for i, c in enumerate(COLUMNS) if any(r[i] not in ("-", "") for r in body)]
+    lines = ["| " + " | ".join(COLUMNS[i] for i in keep) + " |", "|" + "---|" * len(keep)]
+    lines += ["| " + " | ".join(r[i] for i in keep) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def chart(result: BenchResult, path: Path) -> Path:
+    """Horizontal bars: training img/s per loader (and loader-only img/s), the ceiling as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r.variant for r in result.rows]
+    train = [(r.e2e or {}).get("images_per_s", 0) for r in result.rows]
+    only = [(r.loader or {}).get("images_per_s", 0) for r in result.rows]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 * len(names) + 2), sharey=True)
+    y = range(len(names))
+    axes[0].barh(y, train, color="#4c72b0")
+    axes[0].set_title("training, end to end (img/s)")
+    if result.ceiling:
+        axes[0].axvline(result.ceiling, color="black", linestyle="--", linewidth=1)
+        for i, val in enumerate(train):
+            if val:
+                axes[0].text(val, i, f" {100 * val / result.ceiling:.0f}%", va="center", fontsize=9)
+    axes[1].barh(y, only, color="#55a868")
+    axes[1].set_title("loader only (img/s)")
+    for i, val in enumerate(only):
+        if val:
+            axes[1].text(val, i, f" {val:,.0f}", va="center", fontsize=9)
+    axes[0].set_yticks(list(y), names)
+    axes[0].invert_yaxis()
+    for ax in axes:
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.18)
+    machine = result.machine.get("gpu.model") or result.machine.get("cpu", "CPU")
+    fig.suptitle(f"{Path(result.experiment).name} on {machine} ({result.started})", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,53 @@
+"""The loaders `runner bench` compares, each as overrides of the experiment under test."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import ConfigError, did_you_mean
+from runner.plan import data_root
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    overrides: tuple[str, ...]
+    description: str
+
+
+def cache_dir(v) -> Path:
+    """Where bench puts (or finds) the decoded cache of the experiment's data."""
+    root = data_root(v.config.data)
+    return root.parent / f"{root.name}-cache256"
+
+
+def variants(v, names: list[str]) -> list[Variant]:
+    """The overrides for each named loader, checked against the experiment."""
+    train = v.loaded.pipelines.get("train")
+    # the ceiling trains on the same image size as the pipelines it is compared with
+    size = (f"data.image_size={train.params['size']}",) if train and "size" in train.params else ()
+    table = {
+        "synthetic": Variant("synthetic", ("data.loader=synthetic", *size), "random tensors on the device (ceiling)"),
+        "dali": Variant("dali", ("data.loader=dali",), f"DALI, {train.name if train else '?'} as configured"),
+        "dali-cpu": Variant("dali-cpu", ("data.loader=dali", "pipelines.train.params.decode_device=cpu"),
+                            "DALI, JPEG decode on CPU threads"),
+        "cache": Variant("cache", ("data.loader=dali", f"data.root={cache_dir(v)}",
+                                   "pipelines.train.use=imagenet_train_cache",
+                                   "pipelines.eval.use=imagenet_eval_cache"),
+                         "DALI from the pre-decoded cache (max side 256)"),
+        "torchvision": Variant("torchvision", ("data.loader=torchvision",), "torchvision DataLoader (PIL on CPU)"),
+    }
+    out = []
+    for name in names:
+        if name not in table:
+            raise ConfigError(f"unknown loader '{name}'.{did_you_mean(name, table)} Loaders: {', '.join(table)}.",
+                              file="command line", where="--loaders")
+        if name in ("dali", "dali-cpu", "cache") and train is None:
+            raise ConfigError(f"loader '{name}' needs the experiment's DALI pipelines, and this experiment has none "
+                              f"(data.loader is {v.config.data.loader}); benchmark an experiment with pipelines, "
+                              "e.g. experiments/resnet50_dali.yaml.", file=v.loaded.path)
+        if name == "dali-cpu" and train is not None and "decode_device" not in train.params:
+            raise ConfigError(f"loader 'dali-cpu' sets pipelines.train.params.decode_device=cpu, but pipeline "
+                              f"'{train.name}' has no decode_device parameter.", file=train.file)
+        out.append(table[name])
+    return out

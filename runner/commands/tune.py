@@ -1,0 +1,89 @@
+"""`runner tune`: find this machine's fastest pipeline placement and write it as an include-able file."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runner import console
+from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="measure decode placement, threads, prefetch...; write the best as overrides")
+    add_experiment(p)
+    p.add_argument("--max-trials", type=int, default=12, help="end-to-end runs at most (each ~warmup+steps steps)")
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--window", type=int, default=25)
+    p.add_argument("--min-gain", type=float, default=0.01, help="a change must beat the best by this share")
+    p.add_argument("-o", "--output", help="overrides file to write (default: EXPERIMENT.tuned.yaml beside it)")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from runner.bench.suite import measure
+    from runner.bench.tune import Trial, as_overrides, baseline_settings, default_output, knobs, search, tuned_yaml
+    from runner.errors import ConfigError, RunnerError
+    from runner.launch import ensure_data
+    from runner.telemetry import gpu_info
+    from runner.validate import validate
+
+    path, overrides = experiment_and_overrides(args)
+    v = validate(path, overrides)
+    cpu_note(v.graphs)
+    if v.config.data.loader != "dali" or "train" not in v.graphs:
+        raise ConfigError("runner tune tunes the DALI train pipeline; this experiment's data.loader is "
+                          f"'{v.config.data.loader}'.", file=v.loaded.path, where="data.loader")
+    ensure_data(v)
+    ks = knobs(v, v.processes)
+    start = baseline_settings(v, ks, v.processes)
+    out_dir = Path("bench-out") / f"tune-{Path(path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"mode": "e2e", "experiment": path, "warmup": args.warmup, "steps": args.steps,
+            "window": args.window, "parent_run_id": None}
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console.out, disable=not console.interactive()) as bar:
+        task = bar.add_task("tuning", total=args.max_trials)
+
+        def evaluate(settings: dict) -> Trial:
+            label = ", ".join(f"{k.rsplit('.', 1)[1]}={val}" for k, val in settings.items())
+            bar.update(task, description=f"trial: {label}")
+            if not console.interactive():
+                console.out.print(f"trial {int(bar.tasks[0].completed) + 1}: {label}")
+            trial = Trial(settings)
+            try:
+                validate(path, [*overrides, *as_overrides(settings)])
+                trial.result = measure({**spec, "name": label, "overrides": [*overrides, *as_overrides(settings)]},
+                                       out_dir / "tune.log")
+            except RunnerError as e:
+                trial.error = str(e)
+            bar.advance(task)
+            return trial
+
+        result = search(ks, start, evaluate, max_trials=args.max_trials, min_gain=args.min_gain)
+
+    rows = []
+    for t in result.trials:
+        r = t.result or {}
+        rows.append([*(str(t.settings[k.key]) for k in ks), f"{t.images_per_s:,.0f}" if r else "failed",
+                     f"{100 * r['data_wait_share']:.1f}%" if r else "-",
+                     f"{r['gpu_util_pct']:.0f}%" if r.get("gpu_util_pct") is not None else "-",
+                     "best" if t is result.best else ("baseline" if t is result.baseline else "")])
+    console.out.print(console.table(f"runner tune {path}: {len(result.trials)} trials, {args.steps} steps each",
+                                    [k.label for k in ks] + ["train img/s", "data wait", "GPU util", ""], rows,
+                                    justify_numbers=False))
+    for t in result.trials:
+        if t.error:
+            console.note(f"trial {t.settings} failed: {t.error}")
+    machine = gpu_info().get("gpu.model") or "CPU"
+    header = (f"runner tune {path} {' '.join(overrides)}".rstrip() + f"\n{machine}, {time.strftime('%Y-%m-%d')}: "
+              f"{result.best.images_per_s:,.0f} img/s training, {100 * result.gain:+.1f}% over the experiment as "
+              f"written ({result.baseline.images_per_s:,.0f}).\nUse it: add `include: [THIS_FILE]` to the "
+              "experiment, or pass these keys as overrides.")
+    output = Path(args.output) if args.output else default_output(Path(path))
+    output.write_text(tuned_yaml(result, header.replace("THIS_FILE", output.name)))
+    console.out.print(f"wrote {output}: " + " ".join(as_overrides(result.best.settings)))
+    return 0

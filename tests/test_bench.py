@@ -1,0 +1,83 @@
+"""`runner bench` and `runner tune` on the CPU with tiny settings: files, MLflow runs, errors."""
+import json
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from runner.bench.tune import Knob, Trial, search, tuned_yaml
+from tests.conftest import run_cli
+from tests.test_launch import TINY
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tiny(project, image_dataset):
+    path = project / "experiments" / "tiny.yaml"
+    path.write_text(TINY.format(root=image_dataset))
+    return path
+
+
+def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
+    code, out, err = run_cli(["bench", tiny, "--loaders", "synthetic,dali", "--modes", "loader,e2e",
+                              "--warmup", "2", "--steps", "4", "--window", "2", "--out", project / "b"], capsys)
+    assert code == 0, err + out
+    result = json.loads((project / "b" / "bench.json").read_text())
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert rows["synthetic"]["loader"] is None  # nothing to load
+    assert rows["synthetic"]["e2e"]["images_per_s"] == result["ceiling"] > 0
+    assert rows["dali"]["loader"]["images_per_s"] > 0 and rows["dali"]["loader"]["shape"] == [4, 3, 32, 32]
+    assert rows["dali"]["e2e"]["steps"] == 4 and 0 <= rows["dali"]["e2e"]["data_wait_share"] < 1
+    assert (project / "b" / "bench.png").stat().st_size > 10_000
+    md = (project / "b" / "bench.md").read_text()
+    assert "| loader | configuration | loader-only img/s | train img/s | of ceiling | data wait |" in md
+    assert "| synthetic | random tensors on the device (ceiling) | - |" in md
+    assert "tiny.yaml: 4 steps after 2 warm-up, batch 4" in out
+    client = MlflowClient(f"sqlite:///{project}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    parent = next(r for r in runs if r.data.tags.get("runner.bench") == "parent")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.data.tags["runner.bench.variant"] for r in children) == ["dali", "synthetic"]
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"bench.json", "bench.png", "bench.md"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--loaders", "dali,tf"], "error: command line: --loaders: unknown loader 'tf'. Loaders: synthetic, dali, "
+                               "dali-cpu, cache, torchvision."),
+    (["--warmup", "3", "--window", "2"], "error: command line: --window: --warmup (3) and --steps (300) must be "
+                                         "multiples of --window (2)."),
+    (["--modes", "e2e,fast"], "error: command line: --modes: unknown mode(s) fast; modes: loader, e2e, bare."),
+])
+def test_bench_argument_errors(tiny, capsys, args, message):
+    code, _, err = run_cli(["bench", tiny, *args], capsys)
+    assert code == 2 and err.strip() == message
+
+
+def test_search_keeps_only_clear_gains():
+    speed = {("a", 1): 100, ("b", 1): 100.5, ("a", 2): 120, ("b", 2): 150}
+    ks = [Knob("x", ("a", "b"), "x"), Knob("y", (1, 2), "y")]
+
+    def evaluate(settings):
+        return Trial(settings, {"images_per_s": speed[(settings["x"], settings["y"])]})
+
+    result = search(ks, {"x": "a", "y": 1}, evaluate, max_trials=10, min_gain=0.01)
+    # b (+0.5%) is noise, so y is searched from a: (a, 2) wins; (b, 2) is never tried
+    assert result.best.settings == {"x": "a", "y": 2}
+    assert [t.settings for t in result.trials] == [{"x": "a", "y": 1}, {"x": "b", "y": 1}, {"x": "a", "y": 2}]
+    assert result.gain == pytest.approx(0.2)
+    text = tuned_yaml(result, "header line")
+    assert text.startswith("# header line\n") and yaml.safe_load(text) == {"x": "a", "y": 2}
+
+
+def test_tune_writes_an_includable_overrides_file(tiny, project, capsys):
+    code, out, err = run_cli(["tune", tiny, "--max-trials", "2", "--warmup", "2", "--steps", "2", "--window", "2"],
+                             capsys)
+    assert code == 0, err + out
+    tuned = project / "experiments" / "tiny.tuned.yaml"
+    settings = yaml.safe_load(tuned.read_text())
+    assert set(settings["data"]) <= {"num_threads", "prefetch"}
+    assert "runner tune" in tuned.read_text().splitlines()[0]
+    (project / "experiments" / "with_tuned.yaml").write_text(tiny.read_text() + "include: [tiny.tuned.yaml]\n")
+    code, _, err = run_cli(["validate", project / "experiments" / "with_tuned.yaml"], capsys)
+    assert code == 0, err
