@@ -49,6 +49,17 @@ def setup(accelerator: str, timeout_s: float = 600) -> Dist:
     return Dist(rank=rank, world=world, local_rank=local_rank, local_world=local_world, device=device)
 
 
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "remote process exited",
+              "NCCL communicator was aborted", "Socket Timeout")
+
+
+def peer_failed(e: BaseException) -> bool:
+    """Whether `e` is a collective failing because another rank died (gloo/NCCL report it this way)."""
+    if isinstance(e, dist.DistBackendError):
+        return True
+    return isinstance(e, RuntimeError) and any(s in str(e) for s in _PEER_GONE)
+
+
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import signal
 import uuid
 from dataclasses import asdict
 from pathlib import Path
 
 from runner import console
-from runner.errors import DataError
+from runner.errors import ConfigError, DataError
 from runner.machine import cpu_cores
 from runner.plan import data_root, split_dir, synth_dir
 
@@ -50,36 +49,58 @@ def ensure_data(v, *, quiet: bool = False) -> None:
         raise DataError(f"data.root {cfg.root} does not exist.")
 
 
-def torchrun_command(v, experiment: str, overrides: list[str], extra: list[str]) -> list[str]:
+def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str]) -> list[str]:
+    """torchrun's own command line: our node layout and rendezvous, then `-m runner launch ...`."""
     tc = v.config.trainer
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={v.processes}",
-           f"--nnodes={tc.nnodes}", f"--max-restarts={tc.max_restarts}"]
+    args = [f"--nproc-per-node={v.processes}", f"--nnodes={tc.nnodes}", f"--max-restarts={tc.max_restarts}"]
     if tc.nnodes > 1:
         if not tc.rdzv_endpoint:
-            raise DataError("trainer.nnodes > 1 needs trainer.rdzv_endpoint=HOST:PORT (node 0's address).")
-        cmd += [f"--node-rank={tc.node_rank}", f"--rdzv-backend={tc.rdzv_backend}",
-                f"--rdzv-endpoint={tc.rdzv_endpoint}", f"--rdzv-id={tc.rdzv_id}"]
+            raise ConfigError("trainer.nnodes > 1 needs trainer.rdzv_endpoint=HOST:PORT (node 0's address).",
+                              **v.loaded.where("trainer.rdzv_endpoint"))
+        args += [f"--node-rank={tc.node_rank}", f"--rdzv-backend={tc.rdzv_backend}",
+                 f"--rdzv-endpoint={tc.rdzv_endpoint}", f"--rdzv-id={tc.rdzv_id}"]
     else:
-        cmd += ["--standalone"]
-    return cmd + ["-m", "runner", "launch", experiment, *overrides, *extra]
+        args += ["--standalone"]
+    return args + ["-m", "runner", "launch", experiment, *overrides, *extra]
 
 
 def launch(v, experiment: str, overrides: list[str], *, resume: str | None = None) -> int:
     """Run the experiment to its end; returns the process exit code."""
     from runner.dist import under_torchrun
 
+    if v.config.trainer.deterministic:  # cuBLAS reproducibility; torch before ~2.10 raises without it
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if under_torchrun():
         return run_worker(v, resume=resume)
     ensure_data(v)
     if v.target.world == 1:
         return run_worker(v, resume=resume)
-    env = dict(os.environ)
-    env[WORKER_ENV] = str(os.getpid())
-    env.setdefault("OMP_NUM_THREADS", str(max(1, cpu_cores() // v.processes)))
-    extra = ["--resume", resume] if resume else []
-    cmd = torchrun_command(v, experiment, overrides, extra)
-    console.note(f"starting {v.processes} processes per node with torchrun: {' '.join(cmd[2:])}")
-    return subprocess.call(cmd, env=env)
+    return run_torchrun(torchrun_args(v, experiment, overrides, ["--resume", resume] if resume else []),
+                        v.processes)
+
+
+def run_torchrun(args: list[str], processes: int) -> int:
+    """PyTorch's launcher (torch.distributed.run), in this process so that its failure report is ours."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    os.environ[WORKER_ENV] = str(os.getpid())
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cpu_cores() // processes)))
+    console.note(f"starting {processes} processes per node with torchrun: torchrun {' '.join(args)}")
+    try:
+        run(get_args_parser().parse_args(args))
+    except ChildFailedError as e:
+        rank, failure = e.get_first_failure()
+        code = failure.exitcode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        console.error(f"rank {rank} (pid {failure.pid}) {how} first; its own message, if any, is above. torchrun "
+                      "stopped the other processes. A run that was checkpointed can continue with --resume.")
+        return code if code > 0 else 128 - code
+    except SignalException as e:  # SIGTERM/SIGINT to this process: torchrun passed it on to the workers
+        console.error(f"stopped by {e.sigval.name}; the workers saved a checkpoint if they could (--resume).")
+        return 128 + int(e.sigval)
+    return 0
 
 
 def run_params(v, world: int) -> dict[str, str]:
@@ -101,11 +122,10 @@ def run_params(v, world: int) -> dict[str, str]:
 def reader_suffixes(v, role: str) -> tuple[str, ...]:
     """The file endings the role's reader reads (its file_filters; DALI's defaults otherwise)."""
     from runner.data.scan import filter_suffixes
+    from runner.plan import reader_suffixes as graph_suffixes
 
     graph = v.graphs.get(role) if v.config.data.loader == "dali" else None
-    reader = graph.steps[0].node if graph else None
-    filters = dict(reader.kwargs).get("file_filters") if reader is not None else None
-    return filter_suffixes(filters.value if filters is not None else None)
+    return graph_suffixes(graph) if graph else filter_suffixes(None)
 
 
 def log_run_inputs(v, tracker, world: int) -> None:
@@ -119,6 +139,10 @@ def log_run_inputs(v, tracker, world: int) -> None:
     tracker.log_text(OmegaConf.to_yaml(v.loaded.resolved), "experiment.yaml")
     for role in v.graphs:
         tracker.log_text(compiled_source(v, role), f"pipelines/{role}_pipeline.py")
+    from runner.repro.snapshot import pipeline_files
+
+    for name, text in pipeline_files(v.loaded).items():  # the `use:` files, so a re-run needs no checkout
+        tracker.log_text(text, name)
 
 
 def run_worker(v, *, resume: str | None = None) -> int:
@@ -153,9 +177,13 @@ def run_worker(v, *, resume: str | None = None) -> int:
             finished = tracker.finish(result.status)
             print_summary(v, result, finished)
         return 0 if result.status == "FINISHED" else 128 + int(result.signal or 15)
-    except BaseException:
+    except BaseException as e:
         if tracker is not None:
             tracker.finish("FAILED")
+        if d.enabled and dist.peer_failed(e):  # not this rank's fault: the first failure is reported above
+            console.err.print(f"rank {d.rank}: stopping: another process of this run failed "
+                              f"({str(e).splitlines()[0][:160]}).", markup=False)
+            return 1
         raise
     finally:
         dist.teardown()

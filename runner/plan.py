@@ -41,6 +41,22 @@ def split_dir(data: DataConfig, role: str) -> Path:
     return data_root(data) / (data.train_split if role == "train" else data.eval_split)
 
 
+def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | None = None):
+    """The reader's view of the role's split; a DataError names the experiment's data key as well as the folder."""
+    from runner.data.scan import filter_suffixes, scan_image_folder
+    from runner.errors import DataError
+
+    data = loaded.config.data
+    folder = split_dir(data, role)
+    try:
+        return scan_image_folder(folder, suffixes or filter_suffixes(None))
+    except DataError as e:
+        key = "data.root"
+        if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
+            key = "data.train_split" if role == "train" else "data.eval_split"
+        raise DataError(f"{e.file}: {e.message}", **loaded.where(key)) from None
+
+
 def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
     """`data_root` (when the pipeline declares it and the experiment left it, or set it to null) -> the split's folder."""
     params = dict(source.params)
@@ -57,10 +73,12 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target) -> dict:
     graphs = {}
     for role, source in loaded.pipelines.items():
         graph = parse_pipeline(bind_params(source, loaded.config.data))
+        place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
-        checked = check_graph(graph, target="gpu", rank=target.rank, world=target.world, seed=loaded.config.seed)
-        if target.accelerator == "cpu":
-            checked = check_graph(graph, target="cpu", rank=target.rank, world=target.world, seed=loaded.config.seed)
+        checked = check_graph(graph, target="gpu", **place)
+        files = skip_file_list(loaded, role, checked)
+        if target.accelerator == "cpu" or files:
+            checked = check_graph(graph, target=target.accelerator, file_list=files, **place)
         if len(checked.outputs) != 2:
             raise ConfigError(f"the {role} pipeline returns {len(checked.outputs)} stream(s); the trainer takes two: "
                               "images (float, CHW) and labels, as in `outputs: [images, labels]`.",
@@ -70,6 +88,28 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target) -> dict:
                               "defined by its reader.", file=graph.file, where=f"{role} pipeline")
         graphs[role] = checked
     return graphs
+
+
+def reader_suffixes(graph) -> tuple[str, ...]:
+    """The file endings a checked graph's first reader reads (its file_filters, or DALI's defaults)."""
+    from runner.data.scan import filter_suffixes
+
+    reader = graph.steps[0].node if graph.steps else None
+    filters = dict(reader.kwargs).get("file_filters") if reader is not None else None
+    return filter_suffixes(filters.value if filters is not None else None)
+
+
+def skip_file_list(loaded: LoadedExperiment, role: str, graph) -> str | None:
+    """A file list without the split's skip-listed files, when it has any (see data.skips)."""
+    data = loaded.config.data
+    folder = split_dir(data, role)
+    reader = graph.steps[0].node if graph.steps else None
+    if not data.skip_bad_files or reader is None or reader.op.name != "readers.file" or not folder.is_dir():
+        return None
+    from runner.data.skips import file_list
+
+    found = file_list(folder, reader_suffixes(graph))
+    return str(found[0]) if found else None
 
 
 def dali_threads(data: DataConfig, target: Target) -> int:

@@ -1,7 +1,9 @@
 """What a run records about itself so that someone else can re-run it: versions, machine, code, data."""
 from __future__ import annotations
 
+import os
 import platform
+import shlex
 import socket
 import subprocess
 from importlib import metadata
@@ -18,7 +20,7 @@ def git_state(path: Path = PACKAGE_ROOT) -> dict[str, str]:
                               timeout=10, check=True).stdout.strip()
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("status", "--porcelain"))  # untracked modules are code the run imports too
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"git.commit": commit, "git.dirty": str(dirty).lower()}
@@ -26,7 +28,8 @@ def git_state(path: Path = PACKAGE_ROOT) -> dict[str, str]:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for dist in ("torch", "torchvision", "mlflow", "runner", "numpy", "pillow"):
+    for dist in ("torch", "torchvision", "mlflow", "runner", "numpy", "pillow", "omegaconf",
+                 "nvidia-nvimgcodec-cu13", "nvidia-nvimgcodec-cu12"):
         try:
             out[f"version.{dist}"] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -41,6 +44,7 @@ def versions() -> dict[str, str]:
     out["version.torch_cuda"] = str(torch.version.cuda)
     if torch.cuda.is_available():
         out["version.cudnn"] = str(torch.backends.cudnn.version())
+        out["version.nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     return out
 
 
@@ -51,11 +55,20 @@ def run_tags(v, world: int) -> dict[str, str]:
     cfg = v.config
     tags = {"host": socket.gethostname(), "platform": platform.platform(), "accelerator": v.target.accelerator,
             "world_size": str(world), "loader": cfg.data.loader, "experiment_file": str(v.loaded.path),
-            "overrides": " ".join(v.loaded.overrides)}
+            "overrides": shlex.join(v.loaded.overrides)}
+    import torch
+
+    from runner.machine import cpu_cores
+
+    tags["torch_threads"] = str(torch.get_num_threads())  # CPU results depend on it (docs/reproducibility.md)
+    tags["cpu_cores"] = str(cpu_cores())
+    tags.update({f"env.{k}": os.environ[k] for k in ("CUBLAS_WORKSPACE_CONFIG", "NCCL_ALGO", "NCCL_PROTO",
+                                                     "OMP_NUM_THREADS") if k in os.environ})
     tags.update(git_state())
     tags.update(versions())
     tags.update(gpu_info())
-    return {f"runner.{k}" if not k.startswith(("git.", "gpu.", "version.")) else k: val for k, val in tags.items()}
+    return {f"runner.{k}" if not k.startswith(("git.", "gpu.", "version.", "env.")) else k: val
+            for k, val in tags.items()}
 
 
 def seeds(cfg, world: int) -> dict[str, Any]:

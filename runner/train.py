@@ -62,9 +62,11 @@ class StopRequest:
 def configure_torch(cfg, d: Dist) -> None:
     """Seeds and numerics: deterministic when asked, fast (cuDNN autotune, TF32) otherwise."""
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    torch.use_deterministic_algorithms(cfg.trainer.deterministic)  # both ways: in-process re-runs inherit it
     if cfg.trainer.deterministic:
-        torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False  # numbers comparable across GPU generations
+        torch.backends.cudnn.allow_tf32 = False
     elif d.device.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True

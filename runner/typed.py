@@ -122,6 +122,8 @@ def _scalar(tp: Any, value: Any, key: str, locate: Locator) -> Any:
     }.get(tp)
     if ok is None:
         raise TypeError(f"typed.convert does not handle {tp!r} (at {key})")
+    if not ok and tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # YAML reads `rdzv_id: 12345` or `name: 2024` as a number; the user meant the text
     if not ok:
         raise _fail(key, f"{_show(value)} is not valid; expected {describe(tp)}.", locate)
     return float(value) if tp is float else value

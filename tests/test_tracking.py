@@ -2,14 +2,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from argparse import Namespace
 from pathlib import Path
 
@@ -20,8 +14,8 @@ from runner.config.sections import TrackingConfig
 from runner.errors import ConfigError, RunnerError
 from runner.tracking import (MlflowTracker, NullTracker, create_tracker, flatten, list_bundles, load_bundle,
                              open_store_run, resolve_tracking_uri, sync_offline)
+from tests.conftest import free_port
 
-MLFLOW = str(Path(sys.executable).with_name("mlflow"))
 EXPERIMENT = "tests"
 
 
@@ -39,14 +33,6 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
 
 
 # ---------------------------------------------------------------------------------- sqlite store
-
-@pytest.fixture(scope="module")
-def template_db(tmp_path_factory) -> Path:
-    """An empty, migrated MLflow database; copying it saves each store the ~2 s of migrations."""
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, template_db) -> str:
@@ -224,56 +210,7 @@ def test_create_tracker_checks_the_uri_on_every_rank():
 
 
 # ------------------------------------------------------------------------------- a real server
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`mlflow server` on a sqlite backend in a temp dir; `kill()` is an outage, `start()` a recovery."""
-
-    def __init__(self, root: Path, template_db: Path):
-        self.root, self.port = root, free_port()
-        self.db = root / "mlflow.db"
-        shutil.copy(template_db, self.db)
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        cmd = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{self.db}", "--host", "127.0.0.1",
-               "--port", str(self.port), "--workers", "1", "--serve-artifacts",
-               "--artifacts-destination", str(self.root / "artifacts")]
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job workers: starts 2x faster
-        with open(self.root / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root,
-                                         start_new_session=True)
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited: {(self.root / 'server.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError("mlflow server did not answer /health in time")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the uvicorn worker is in the group too
-            self.proc.wait()
-
-
-@pytest.fixture
-def server(tmp_path, template_db):
-    (tmp_path / "server").mkdir()
-    s = Server(tmp_path / "server", template_db)
-    yield s
-    s.kill()
-
+# (the `server` fixture, in conftest.py: `mlflow server` on a sqlite store; kill() is an outage)
 
 def test_server_down_at_start_then_dies_mid_run_and_returns(server, tmp_path, caplog):
     t = MlflowTracker(server.uri, EXPERIMENT, run_name="outage", flush_s=0.2, offline_dir=tmp_path / "offline")

@@ -61,6 +61,10 @@ def chart(result: BenchResult, path: Path) -> Path:
         for i, val in enumerate(train):
             if val:
                 axes[0].text(val, i, f" {100 * val / result.ceiling:.0f}%", va="center", fontsize=9)
+    for i, r in enumerate(result.rows):
+        for ax, mode in ((axes[0], "e2e"), (axes[1], "loader")):
+            if mode in r.errors:
+                ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
     axes[1].barh(y, only, color="#55a868")
     axes[1].set_title("loader only (img/s)")
     for i, val in enumerate(only):

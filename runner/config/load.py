@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -76,6 +77,9 @@ class _Sources:
             line, exact = f.find(key)
             if exact:
                 return f.path, line
+        for ov_key, text in reversed(self.overrides):  # `foo.bar=1` created the unknown key `foo`
+            if ov_key.startswith(key + ".") or ov_key.startswith(key + "["):
+                return f"command line '{text}'", None
         return self.files[0].path, self.files[0].line(key)
 
 
@@ -86,10 +90,13 @@ def _parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"'{text}' is not an override; write key.path=value, for example "
                           "optimizer.lr=0.05 or trainer.max_steps=100.", file="command line")
     try:
-        parsed = OmegaConf.from_dotlist([f"x={value}"])["x"]
-        parsed = OmegaConf.to_container(parsed) if OmegaConf.is_config(parsed) else parsed
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"cannot parse the value of '{text}': {e}.", file="command line") from None
+        # not resolved here: `${...}` in a value is resolved with the rest of the config
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]), resolve=False)["x"]
+    except (OmegaConfBaseException, yaml.YAMLError) as e:
+        problem = getattr(e, "problem", None) or _first_line(e)
+        raise ConfigError(f"cannot parse the value as YAML: {problem}. Write a YAML value such as 0.05, true, "
+                          "[0.9, 0.99] or {dropout: 0.2}, and quote the whole argument in the shell.",
+                          file=f"command line '{text}'", where=key) from None
     return key, parsed
 
 
@@ -104,12 +111,8 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     # schema defaults first, so that ${model.name} resolves when the file does not set it
     merged = OmegaConf.merge(OmegaConf.create(_defaults()), *(f.config for f in files))
     merged.pop("include", None)
-    for key, value in parsed:
-        try:
-            OmegaConf.update(merged, key, value, merge=True, force_add=True)
-        except OmegaConfBaseException as e:
-            raise ConfigError(f"cannot apply override: {e.msg if hasattr(e, 'msg') else e}.",
-                              file=f"command line '{key}'") from None
+    for (key, value), text in zip(parsed, overrides):
+        _apply_override(merged, key, value, text)
     try:
         resolved = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as e:
@@ -118,6 +121,7 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
         raise ConfigError(f"cannot resolve interpolation: {_first_line(e)}.",
                           file=file, line=line, where=key) from None
     config = build(Experiment, resolved, "", locate)
+    check_consistency(config, locate)
     pipelines = {role: _pipeline(role, getattr(config.pipelines, role), path, locate)
                  for role in PIPELINE_ROLES
                  if getattr(config.pipelines, role) is not None and config.data.loader == "dali"}
@@ -125,12 +129,50 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
                             overrides=tuple(overrides), pipelines=pipelines, locate=locate)
 
 
+def _apply_override(merged: Any, key: str, value: Any, text: str) -> None:
+    try:
+        OmegaConf.update(merged, key, value, merge=True, force_add=True)
+        return
+    except OmegaConfBaseException:
+        pass  # e.g. a list for a mapping: replace it, and let the typed check say what is expected
+    parent, _, last = key.rpartition(".")
+    node = OmegaConf.select(merged, parent) if parent else merged
+    try:
+        if OmegaConf.is_dict(node) and last in node:
+            del node[last]  # a list or mapping node refuses a value of another kind; replace it
+        OmegaConf.update(merged, key, value, merge=False, force_add=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot apply this override: {_first_line(e)}.", file=f"command line '{text}'",
+                          where=key) from None
+
+
 def _first_line(e: Exception) -> str:
     return str(getattr(e, "msg", None) or e).splitlines()[0].rstrip(".")
 
 
+def check_consistency(cfg: Experiment, locate: Callable[[str], tuple[Any, int | None]]) -> None:
+    """Rules between keys, which the per-field types and ranges cannot say."""
+    s = cfg.data.synth
+    if s.min_side > s.max_side:
+        raise _error(locate, "data.synth.min_side", f"{s.min_side} is larger than data.synth.max_side ({s.max_side}); "
+                                                    "generated images have sides between the two, so min_side must "
+                                                    "be at most max_side.")
+    t = cfg.trainer
+    if t.nnodes > 1 and not t.rdzv_endpoint:
+        raise _error(locate, "trainer.nnodes", f"{t.nnodes} nodes need trainer.rdzv_endpoint=HOST:PORT, the address of "
+                                               "node 0 (the same on every node).")
+    if t.node_rank >= t.nnodes:
+        raise _error(locate, "trainer.node_rank", f"{t.node_rank} is out of range for trainer.nnodes={t.nnodes}: "
+                                                  f"node ranks run from 0 to {t.nnodes - 1}.")
+
+
 def _defaults() -> dict[str, Any]:
-    return dataclasses.asdict(Experiment())
+    # tuples as lists: OmegaConf makes tuples read-only, and `optimizer.betas[0]=0.95` must apply
+    return dataclasses.asdict(Experiment(), dict_factory=lambda items: {k: _listed(v) for k, v in items})
+
+
+def _listed(value: Any) -> Any:
+    return [_listed(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def _includes(main: YamlFile) -> list[YamlFile]:
@@ -167,7 +209,8 @@ def find_pipeline(use: str, experiment: Path) -> Path | None:
 
 
 def available_pipelines(experiment: Path) -> list[str]:
-    return sorted({p.stem for d in pipeline_search_path(experiment) if d.is_dir() for p in d.glob("*.yaml")})
+    return sorted({p.stem for d in pipeline_search_path(experiment) if d.is_dir() for p in d.glob("*.yaml")
+                   if p.is_file()})
 
 
 def _pipeline(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:

@@ -50,7 +50,7 @@ class TrainerConfig:
     epochs: int = bounded(1, ge=1)
     max_steps: int | None = bounded(None, ge=1)  # stop after this many optimizer steps in all
     accelerator: Literal["auto", "cpu", "gpu"] = "auto"  # gpu: fail when the machine has none
-    devices: int | Literal["auto"] = "auto"     # processes on this node: every GPU, or 1 on CPU
+    devices: int | Literal["auto"] = bounded("auto", ge=1)  # processes on this node: every GPU, or 1 on CPU
     precision: Precision = "fp32"
     channels_last: bool = False
     compile: bool = False
@@ -91,7 +91,7 @@ class TorchvisionConfig:
     eval: list[str] = field(default_factory=lambda: [
         "Resize(256)", "CenterCrop(224)", "ToTensor()",
         "Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])"])
-    num_workers: int | Literal["auto"] = "auto"  # auto: CPU cores per process - 1
+    num_workers: int | Literal["auto"] = bounded("auto", ge=0)  # auto: CPU cores per process - 1
     pin_memory: bool = True
     prefetch_factor: int = bounded(4, ge=1)
     persistent_workers: bool = True
@@ -105,10 +105,10 @@ class DataConfig:
     eval_split: str = "val"
     batch_size: int = bounded(256, ge=1)        # per process
     eval_batch_size: int | None = bounded(None, ge=1)
-    num_threads: int | Literal["auto"] = "auto"  # DALI CPU threads per process
+    num_threads: int | Literal["auto"] = bounded("auto", ge=1)  # DALI CPU threads per process
     prefetch: int = bounded(2, ge=1)            # DALI prefetch queue depth
     image_size: int = bounded(224, ge=8)        # synthetic loader's images
-    skip_list: str | None = None                # file of paths to leave out (`runner data check`)
+    skip_bad_files: bool = True                 # leave out files listed by `runner data check` (DALI loader)
     synth: SynthConfig = field(default_factory=SynthConfig)
     torchvision: TorchvisionConfig = field(default_factory=TorchvisionConfig)
 

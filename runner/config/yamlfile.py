@@ -18,27 +18,20 @@ class YamlFile:
 
     def __init__(self, path: Path, what: str = "file"):
         self.path = path
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise ConfigError(f"{what} not found.", file=path) from None
-        except OSError as e:
-            raise ConfigError(f"cannot read {what}: {e.strerror}.", file=path) from None
+        text = _read(path, what)
         try:
             self.node = yaml.compose(text)
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
-            problem = getattr(e, "problem", None) or str(e)
-            context = getattr(e, "context", None)
-            detail = f"{problem} ({context})" if context else problem
-            raise ConfigError(f"YAML syntax error: {detail}.", file=path,
+            raise ConfigError(f"YAML syntax error: {_syntax_problem(e)}", file=path,
                               line=mark.line + 1 if mark else None) from None
         if self.node is not None and not isinstance(self.node, yaml.MappingNode):
             raise ConfigError("expected a mapping of keys at the top level of the file.", file=path, line=1)
+        _check_duplicates(self.node, "", path)
         try:
             self.config: DictConfig = OmegaConf.create(text) if self.node is not None else OmegaConf.create({})
         except Exception as e:  # omegaconf rejects some YAML that PyYAML accepts (e.g. non-string keys)
-            raise ConfigError(f"cannot be loaded as a config: {e}.", file=path) from None
+            raise ConfigError(f"cannot be loaded as a config: {_first_line(e)}.", file=path) from None
 
     def line(self, key: str) -> int | None:
         """1-based line of `key` ("a.b[2].c"), or of its deepest existing parent."""
@@ -69,3 +62,64 @@ def _split(key: str) -> list[Any]:
             parts.append(name[0])
         parts.extend(int(i) for i in name[1::2])
     return parts
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        hint = ""
+        if path.suffix not in (".yaml", ".yml") and len(path.parts) == 1:
+            # `runner validate exp.yaml optimizer.lr` : an override without '=' reads as a file name
+            hint = " If it was meant as an override, write key.path=value, for example optimizer.lr=0.05."
+        raise ConfigError(f"{what} not found.{hint}", file=path) from None
+    except IsADirectoryError:
+        names = sorted(p.name for p in path.glob("*.y*ml") if p.is_file())
+        inside = f" YAML files in it: {', '.join(names[:10])}." if names else " It holds no YAML files."
+        raise ConfigError(f"is a folder, not an {what}; name a YAML file.{inside}", file=path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cannot read {what}: not UTF-8 text (byte {e.start}).", file=path) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {what}: {e.strerror}.", file=path) from None
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0].rstrip(".:") if str(e).strip() else type(e).__name__
+
+
+def _syntax_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's problem, where the construct it was reading began, and the usual cause."""
+    problem = getattr(e, "problem", None) or _first_line(e)
+    context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
+    mark = getattr(e, "problem_mark", None)
+    if context and start is not None and mark is not None and start.line != mark.line:
+        problem += f" ({context} that starts on line {start.line + 1})"
+    elif context and "scanning for the next token" not in context:
+        problem += f" ({context})"
+    if "'\\t'" in problem:
+        return problem + ". YAML indents with spaces only: replace the tab with spaces."
+    if context and "flow mapping" in context and start is not None:
+        return problem + f". Check that the '{{' on line {start.line + 1} is closed with '}}' and its items are separated by commas."
+    if context and "flow sequence" in context and start is not None:
+        return problem + f". Check that the '[' on line {start.line + 1} is closed with ']' and its items are separated by commas."
+    if "mapping values are not allowed" in problem:
+        return problem + ". Check the indentation of this line, or quote a value that contains ': '."
+    return problem + "."
+
+
+def _check_duplicates(node: yaml.Node | None, key: str, path: Path) -> None:
+    """A key written twice in one mapping: PyYAML keeps the last silently, OmegaConf rejects it without a line."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            name = str(k.value)
+            child = f"{key}.{name}" if key else name
+            if name in seen and name != "<<":
+                raise ConfigError(f"duplicate key (first written on line {seen[name]}). A YAML mapping holds each key "
+                                  "once: merge the two or remove one.", file=path, line=k.start_mark.line + 1,
+                                  where=child)
+            seen[name] = k.start_mark.line + 1
+            _check_duplicates(v, child, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, f"{key}[{i}]", path)

@@ -49,7 +49,10 @@ def map_in_pool(fn: Callable[[T], R], items: Sequence[T], *, workers: int | None
     # small chunks keep the bar moving; big enough that the pipe is not the bottleneck
     chunksize = max(1, min(32, total // (workers * 16)))
     results: list[Any] = [None] * total
-    with multiprocessing.Pool(workers, initializer=_worker_setup, initargs=(initializer,)) as pool:
+    # forkserver, not fork: a training process has DALI's and torch's native threads, and a child forked
+    # while one of them holds a lock can hang for ever (seen here: a rank diagnosing a decode error)
+    context = multiprocessing.get_context("forkserver")
+    with context.Pool(workers, initializer=_worker_setup, initargs=(initializer,)) as pool:
         done = 0
         for index, result in pool.imap_unordered(functools.partial(_indexed, fn), enumerate(items), chunksize):
             results[index] = result

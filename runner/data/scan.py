@@ -82,14 +82,14 @@ def scan_image_folder(root: str | Path, suffixes: tuple[str, ...] = _SUFFIXES) -
         if not images:
             empty.append(name)
     if empty:
-        raise DataError(_empty_classes_message(root, classes, empty), file=root)
+        raise DataError(_empty_classes_message(root, classes, empty, ignored, suffixes), file=root)
     return ImageFolderScan(root=root, classes=tuple(classes), files=tuple(files), ignored=tuple(ignored))
 
 
 def _class_folders(root: Path) -> tuple[list[str], list[str]]:
     """(subfolder names, sorted as the reader sorts them; names of other entries)."""
     if not root.exists():
-        raise DataError(f"no such folder. Expected {LAYOUT}.", file=root)
+        raise DataError(f"no such folder{_why_missing(root)}. Expected {LAYOUT}.", file=root)
     if not root.is_dir():
         raise DataError(f"is a file, not a folder. Expected {LAYOUT}.", file=root)
     folders, others = [], []
@@ -105,6 +105,23 @@ def _class_folders(root: Path) -> tuple[list[str], list[str]]:
         raise DataError(f"no class folders, only {len(others)} file(s) such as '{example}'. Expected {LAYOUT}; "
                         "put each class's images in a folder named after the class.", file=root)
     return _sorted_names(folders), _sorted_names(others)
+
+
+def _why_missing(root: Path) -> str:
+    """What is there instead: the first missing or non-folder parent, or the parent's subfolders."""
+    for parent in reversed(root.absolute().parents):
+        if parent.is_file():
+            return f" ({display_path(parent)} is a file, not a folder)"
+        if not parent.exists():
+            return f" ({display_path(parent)} does not exist either)"
+    try:
+        siblings = _sorted_names([e.name for e in _entries(root.parent) if e.is_dir() and not e.name.startswith(".")])
+    except DataError:
+        return ""
+    if not siblings:
+        return ""
+    shown = ", ".join(siblings[:8]) + (f" and {len(siblings) - 8} more" if len(siblings) > 8 else "")
+    return f"; {display_path(root.absolute().parent)} holds: {shown}"
 
 
 def _entries(folder: Path) -> list[os.DirEntry]:
@@ -133,12 +150,19 @@ def _class_files(folder: Path, suffixes: tuple[str, ...] = _SUFFIXES) -> tuple[l
     return _sorted_names(images), sorted(skipped, key=lambda s: os.fsencode(s[0]))
 
 
-def _empty_classes_message(root: Path, classes: list[str], empty: list[str]) -> str:
+def _empty_classes_message(root: Path, classes: list[str], empty: list[str], ignored: list[FileIssue],
+                           suffixes: tuple[str, ...]) -> str:
     nested = [name for name in empty if any(e.is_dir() for e in _entries(root / name))]
     shown = ", ".join(f"'{n}'" for n in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
     if len(empty) == len(classes) and nested:
         return (f"no images directly inside its subfolders ({shown}); they hold folders. If this folder holds "
                 f"splits, point at one split, e.g. {display_path(root / nested[0])}. Expected {LAYOUT}.")
+    other = [i.path for i in ignored if i.reason.startswith("extension not read")]
+    if len(empty) == len(classes) and other:
+        kinds = sorted({Path(p).suffix.lower() or "no extension" for p in other})
+        return (f"no class folder holds a file the reader reads: {shown} hold {len(other)} file(s) such as "
+                f"'{other[0]}' ({', '.join(kinds[:5])}). The reader takes only {', '.join(suffixes)} (any case). "
+                f"Expected {LAYOUT}.")
     return (f"{len(empty)} of {len(classes)} class folders hold no images: {shown}. DALI's reader numbers every "
             "subfolder as a class (hidden and empty ones too), so these would shift the labels; remove them or "
             f"add images. Expected {LAYOUT}.")

@@ -19,8 +19,9 @@ _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.
 
 
 class _Checker:
-    def __init__(self, graph: Graph, catalog: Catalog, target: str, rank: int, world: int, seed: int):
-        self.g, self.cat, self.target = graph, catalog, target
+    def __init__(self, graph: Graph, catalog: Catalog, target: str, rank: int, world: int, seed: int,
+                 file_list: str | None = None):
+        self.g, self.cat, self.target, self.file_list = graph, catalog, target, file_list
         self.rank, self.world, self.seed = rank, world, seed
         self.live: dict[str, tuple[int, bool]] = {}  # name -> (defining step, on GPU)
         self.used: set[tuple[str, int]] = set()
@@ -40,8 +41,13 @@ class _Checker:
     # -- graph --------------------------------------------------------------------------------
     def run(self) -> CheckedGraph:
         checked = []
+        if not self.g.steps:
+            raise ConfigError("the pipeline has no steps; the first step is a reader, for example "
+                              "`jpegs, labels = readers.file(file_root=$data_root)`.", file=self.g.file,
+                              where="steps" if self.g.name != "inline" else f"pipelines.{self.g.role}.steps")
         for step in self.g.steps:
             self.step = step
+            self._distinct_targets(step)
             node = self.op_call(step.call)
             out_gpu = node.device in ("gpu", "mixed")
             for name in step.targets:
@@ -55,6 +61,15 @@ class _Checker:
                             reader_name=self.readers[0] if self.readers else None,
                             moved_to_cpu=tuple(self.moved),
                             symbols={"shard_id": self.rank, "num_shards": self.world})
+
+    def _distinct_targets(self, step: Step) -> None:
+        """`a, a = readers.file(...)`: two outputs under one name, the first lost at once."""
+        seen = set()
+        for name in step.targets:
+            if name in seen and name != "_":
+                raise self.fail(f"'{name}' names two outputs of this step; give each output its own name, for example "
+                                f"`jpegs, labels = readers.file(...)`, or write _ for an output to discard.")
+            seen.add(name)
 
     def _assign(self, name: str, step: Step, gpu: bool) -> None:
         if name in self.live:
@@ -183,6 +198,10 @@ class _Checker:
             if "pad_last_batch" not in given:
                 out.append(("pad_last_batch", Lit(True)))
                 added.append("pad_last_batch")
+        if self.file_list and "file_list" in op.args and "file_root" in given \
+                and not ({"files", "file_list"} & set(given)):
+            out.append(("file_list", Lit(self.file_list)))  # the split without its skip-listed files
+            added.append("file_list")
         shuffles = isinstance(given.get("shuffle_after_epoch"), Lit) and given["shuffle_after_epoch"].value
         if shuffles and "shuffle_after_epoch_seed" in op.args and "shuffle_after_epoch_seed" not in given:
             # the experiment's seed picks the permutation; every rank draws the same one, so shards stay disjoint
@@ -342,8 +361,10 @@ def _names_used(call: Call) -> list[str]:
 
 
 def check_graph(graph: Graph, *, target: str = "gpu", rank: int = 0, world: int = 1, seed: int = 0,
-                catalog: Catalog | None = None) -> CheckedGraph:
-    """Check `graph` against DALI's schemas, placed for `target` and sharded for `rank` of `world`."""
+                catalog: Catalog | None = None, file_list: str | None = None) -> CheckedGraph:
+    """Check `graph` against DALI's schemas, placed for `target` and sharded for `rank` of `world`.
+
+    `file_list`, when given, replaces the reader's own scan of `file_root` (see data.skips)."""
     if target not in ("cpu", "gpu"):
         raise ValueError(target)
-    return _Checker(graph, catalog or load_catalog(), target, rank, world, seed).run()
+    return _Checker(graph, catalog or load_catalog(), target, rank, world, seed, file_list).run()

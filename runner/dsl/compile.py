@@ -88,7 +88,7 @@ def _first_lines(e: Exception, limit: int = 3) -> str:
         where = text.split("\n", 2)[1].strip() if text.count("\n") > 1 else ""
         text = (where + " " if where.startswith("Error in") else "") + text.split("encountered:", 1)[1]
         text = text.split("C++ context:", 1)[0]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "no longer valid" not in ln]
     return " ".join(lines[:limit]) or type(e).__name__
 
 

@@ -4,7 +4,7 @@ Epochs come from the reader (`reader_name`), with LastBatchPolicy.PARTIAL and pa
 each rank sees its shard exactly once. For training we stop after the last *full* batch that
 every rank has and drain the rest of the epoch ourselves: DALI 2.4's DROP policy, combined with
 padded shards, replays padding samples at the start of the next epoch (seen here, see
-docs/design.md), and equal step counts across ranks are what DDP needs anyway.
+docs/pipelines.md), and equal step counts across ranks are what DDP needs anyway.
 """
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from typing import Any, Iterator
 
 import torch
 
-from runner.errors import DataError
-from runner.plan import Target, checked_pipelines, pipeline_args
+from runner.errors import DataError, display_path
+from runner.plan import Target, checked_pipelines, pipeline_args, split_dir
 
 
 class DaliLoader:
-    def __init__(self, iterator, role: str, reader_name: str, batch: int, target: Target, device: torch.device):
-        self.it, self.role, self.device = iterator, role, device
+    def __init__(self, iterator, role: str, reader_name: str, batch: int, target: Target, device: torch.device,
+                 folder=None):
+        self.it, self.role, self.device, self.folder = iterator, role, device, folder
         meta = iterator._pipes[0].reader_meta(reader_name)
         total, world, rank = meta["epoch_size"], target.world, target.rank
         if total == 0:
@@ -53,11 +54,21 @@ class DaliLoader:
         if state is not None:
             args = dataclasses.replace(args, checkpoint=state)
         pipe = build_pipeline(graph, args)
-        iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=graph.reader_name,
-                                       last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
-        return cls(iterator, role, graph.reader_name, args.batch_size, target, device)
+        folder = split_dir(v.config.data, role)
+        try:  # the iterator runs the pipeline once already, to prepare the first batch
+            iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=graph.reader_name,
+                                           last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
+        except RuntimeError as e:
+            raise_for_decode(e, role, folder)
+        return cls(iterator, role, graph.reader_name, args.batch_size, target, device, folder=folder)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        try:
+            yield from self._epoch(start_batch)
+        except RuntimeError as e:
+            raise_for_decode(e, self.role, self.folder)
+
+    def _epoch(self, start_batch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         yielded = start_batch
         for batch in self.it:
             images, labels = batch[0]["images"], batch[0]["labels"]
@@ -75,3 +86,29 @@ class DaliLoader:
 
     def close(self) -> None:
         self.it = None
+
+
+def raise_for_decode(error: RuntimeError, role: str, folder) -> None:
+    """Re-raise DALI's error, as a DataError naming the bad files when a decoder failed."""
+    if "decoders." not in str(error) or folder is None:
+        raise error
+    raise decode_failure(error, role, folder) from None
+
+
+def decode_failure(error: Exception, role: str, folder) -> DataError:
+    """DALI names no file when a decoder fails: find the files that do not decode and list them to skip."""
+    from runner.data.scan import check_images
+    from runner.data.skips import save_skip_list
+    from runner.dsl.compile import _first_lines
+
+    reason = _first_lines(error, 4)
+    report = check_images(folder)
+    if not report.bad:
+        return DataError(f"the {role} pipeline failed to decode an image ({reason}), but every file in the folder "
+                         "decodes with Pillow; the file may use a format DALI's decoder rejects.", file=folder)
+    listed = save_skip_list(report, folder)
+    names = "; ".join(f"{i.path} ({i.reason})" for i in report.bad[:5]) + (
+        f"; and {len(report.bad) - 5} more" if len(report.bad) > 5 else "")
+    return DataError(f"the {role} pipeline failed to decode an image ({reason}). {len(report.bad)} file(s) here do "
+                     f"not decode: {names}. They are now listed in {display_path(listed)}, so the next run leaves "
+                     "them out: run the same command again.", file=folder)

@@ -1,0 +1,133 @@
+"""The GPU session behind docs/benchmarks.md, one phase per device call (../shared/DEVICE.md).
+
+    python3 bench/h200_session.py PHASE        # a..e, run from the repo root on the GPU machine
+
+Phases a-c each also carry one piece of the DALI/MLflow bundle (device-pack), so they do the work
+that needs no DALI: data, the decoded cache, the torchvision baseline and the synthetic ceiling. d
+unpacks the bundle and measures the DALI loaders eagerly; e with torch.compile, then the issue's
+`runner launch` check. Every measurement a ratio is taken from is in the same phase as its
+reference, as the targets ask. Results go to $OUT: phase-X.log (everything), phase-X.json
+(parsed numbers) and the `runner bench` folders.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT = Path(os.environ.get("OUT", "bench-out/h200"))
+DEADLINE = time.monotonic() + float(os.environ.get("SESSION_BUDGET_S", 560))
+SYNTH = "data/synth/v1-c100-n256-e20-s400-640-q90"  # resnet50_dali.yaml's data.synth -> plan.synth_dir
+ANCHOR = ".anchor/anchor.py"
+RUNNER = [sys.executable, "-m", "runner"]
+BENCH = ["--warmup", "50", "--steps", "250", "--window", "25"]
+results: dict[str, object] = {}
+log_file = None
+
+
+def run(name: str, cmd: list[str], *, env: dict | None = None, timeout: float = 300, need: float = 30) -> str:
+    """Run a step, log everything, never raise; skip it when the call's time is nearly spent."""
+    left = DEADLINE - time.monotonic()
+    if left < need:
+        results[name] = {"skipped": f"{left:.0f} s left"}
+        return ""
+    t = time.monotonic()
+    full_env = {**os.environ, **(env or {})}
+    log_file.write(f"\n==== {name}: {' '.join(cmd)}\n")
+    log_file.flush()
+    try:
+        proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=min(timeout, left))
+        out, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = (e.stdout or b"").decode() + (e.stderr or b"").decode() if isinstance(e.stdout, bytes) \
+            else (e.stdout or "") + (e.stderr or ""), "timeout"
+    log_file.write(out)
+    log_file.write(f"==== {name}: rc={rc} in {time.monotonic() - t:.0f} s\n")
+    log_file.flush()
+    results[name] = {"rc": rc, "seconds": round(time.monotonic() - t, 1)}
+    for line in out.splitlines():
+        m = re.match(r"RESULT (\S+) (\d+) img/s gpu_util=(\S+)% (.*)", line)
+        if m:
+            results[name].update(images_per_s=int(m[2]), gpu_util_pct=m[3], extra=json.loads(m[4]))
+    print(f"{name}: rc={rc} {time.monotonic() - t:.0f} s {results[name]}", flush=True)
+    return out
+
+
+def anchor(mode: str, arg: str | None = None, **env) -> None:
+    settings = {"BATCH": "256", "STEPS": "300", "WARM": "50", **{k: str(v) for k, v in env.items()}}
+    name = f"anchor_{mode}" + "".join(f"_{k.lower()}{v}" for k, v in env.items())
+    run(name, [sys.executable, ANCHOR, mode, *([arg] if arg else [])], env=settings, timeout=420)
+
+
+def bench(name: str, experiment: str, loaders: str, modes: str, *overrides: str, timeout: float = 540) -> None:
+    out = OUT / name
+    run(name, [*RUNNER, "bench", experiment, "--loaders", loaders, "--modes", modes, *BENCH, "--out", str(out),
+               *overrides], timeout=timeout, need=90)
+    if (out / "bench.json").exists():
+        results[name]["bench"] = json.loads((out / "bench.json").read_text())
+    for extra in ("bench.log", "bench.md"):  # into the phase log: a call brings back 8 files at most
+        if (out / extra).exists():
+            log_file.write(f"\n==== {name}/{extra}\n" + (out / extra).read_text())
+            (out / extra).unlink()
+
+
+def phase_a() -> None:
+    run("machine", ["bash", "-c", "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm "
+                                  "--format=csv; nproc; python3 -c 'import torch; print(torch.__version__, "
+                                  "torch.version.cuda)'"])
+    run("synth", [*RUNNER, "data", "synth", SYNTH, "--classes", "100", "--per-class", "256", "--eval-per-class", "20"],
+        timeout=400)
+    anchor("model")
+    anchor("e2e_tv", f"{SYNTH}/train")
+    bench("bench_tv", "experiments/resnet50_torchvision.yaml", "synthetic,torchvision", "e2e",
+          "tracking.enabled=false")
+
+
+def phase_b() -> None:
+    run("cache", [*RUNNER, "data", "cache", SYNTH, f"{SYNTH}-cache256", "--max-side", "256"], timeout=400)
+
+
+def phase_c() -> None:
+    run("tv_loader", [sys.executable, ANCHOR, "tv", f"{SYNTH}/train"], env={"STEPS": "100", "WARM": "10"},
+        timeout=200)
+
+
+def phase_d() -> None:
+    anchor("dali_fused", f"{SYNTH}/train")
+    anchor("model")
+    anchor("e2e_dali", f"{SYNTH}/train")
+    bench("bench_eager", "experiments/resnet50_dali.yaml", "synthetic,dali,dali-cpu,cache", "loader,e2e")
+    bench("bench_eager_hw99", "experiments/resnet50_dali.yaml", "dali", "loader,e2e,bare",
+          "pipelines.train.params.hw_decoder_load=0.99")
+
+
+def phase_e() -> None:
+    bench("bench_compiled", "experiments/resnet50_dali.yaml", "synthetic,cache", "e2e", "trainer.compile=true")
+    bench("bench_compiled_hw99", "experiments/resnet50_dali.yaml", "dali", "e2e", "trainer.compile=true",
+          "pipelines.train.params.hw_decoder_load=0.99")
+    run("launch", [*RUNNER, "launch", "experiments/resnet50_dali.yaml", "trainer.max_steps=300"], timeout=300,
+        need=120)
+    anchor("model", COMPILE=1)
+    if Path("mlflow.db").exists():
+        (OUT / "mlflow.db").write_bytes(Path("mlflow.db").read_bytes())
+
+
+PHASES = {"a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+
+
+def main(phase: str) -> int:
+    global log_file
+    OUT.mkdir(parents=True, exist_ok=True)
+    with open(OUT / f"phase-{phase}.log", "a") as log_file:
+        results["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        PHASES[phase]()
+    (OUT / f"phase-{phase}.json").write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

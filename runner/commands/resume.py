@@ -1,0 +1,38 @@
+"""`runner resume RUN_ID`: continue a stopped run from its last checkpoint, in the same MLflow run."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from runner import console
+
+
+def register(sub) -> None:
+    p = sub.add_parser("resume", help="continue a stopped (KILLED/FAILED) run from its last checkpoint")
+    p.add_argument("run_id")
+    p.add_argument("--uri", help="tracking store (default: the one `runner launch` uses)")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from runner.errors import DataError
+    from runner.launch import launch
+    from runner.tracking import open_store_run, resolve_tracking_uri
+    from runner.validate import validate
+
+    uri = resolve_tracking_uri(args.uri, {"file": "command line", "where": "--uri"} if args.uri else None)
+    stored = open_store_run(uri, args.run_id)
+    checkpoint = stored.tags.get("runner.checkpoint")
+    if not checkpoint or not Path(checkpoint).is_file():
+        raise DataError(f"run {args.run_id} has no checkpoint on this machine (tag runner.checkpoint: "
+                        f"{checkpoint or 'not set'}); resume it where it ran, or pass a checkpoint file to "
+                        "`runner launch EXPERIMENT --resume FILE`.", file="command line")
+    experiment = stored.tags.get("runner.experiment_file", "")
+    overrides = shlex.split(stored.tags.get("runner.overrides", ""))
+    if not Path(experiment).is_file():
+        raise DataError(f"the experiment file of run {args.run_id} ({experiment or 'unknown'}) is not here; run "
+                        "`runner export RUN_ID` to get it, then `runner launch FILE --resume CHECKPOINT`.",
+                        file="command line")
+    console.note(f"resuming run {args.run_id}: {experiment} {' '.join(overrides)} from {checkpoint}")
+    v = validate(experiment, overrides)
+    return launch(v, experiment, overrides, resume=checkpoint)

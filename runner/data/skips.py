@@ -1,0 +1,61 @@
+"""Training around files that do not decode: skip lists -> a reader file list without them.
+
+`runner data check SPLIT` (or the runner itself, after a decode error) writes SPLIT/.runner-bad-files.txt;
+for a read-only dataset the list goes to ~/.cache/runner/skip-lists/ instead. When a list exists, the
+reader gets `file_list=` (every image of the split minus the listed ones, labelled exactly as
+fn.readers.file would label them) in place of scanning `file_root` itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from runner.data.scan import DEFAULT_SKIP_LIST, CheckReport, read_skip_list, scan_image_folder, write_skip_list
+
+CACHE = Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
+
+
+def _key(split_dir: Path) -> str:
+    return hashlib.sha256(str(split_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def skip_list_locations(split_dir: Path) -> list[Path]:
+    """Where a split's skip list may be: inside the split, or in runner's cache for read-only data."""
+    return [split_dir / DEFAULT_SKIP_LIST, CACHE / "skip-lists" / f"{_key(split_dir)}.txt"]
+
+
+def skipped_files(split_dir: Path) -> tuple[set[str], list[Path]]:
+    """The relative paths listed for this split, and the lists they came from."""
+    found = [p for p in skip_list_locations(split_dir) if p.is_file()]
+    out: set[str] = set()
+    for p in found:
+        out |= read_skip_list(p)
+    return out, found
+
+
+def save_skip_list(report: CheckReport, split_dir: Path) -> Path:
+    """Write the list inside the split when possible, else in runner's cache."""
+    for target in skip_list_locations(split_dir):
+        try:
+            return write_skip_list(report, target)
+        except OSError:
+            continue
+    raise OSError(f"no writable place for the skip list of {split_dir}")
+
+
+def file_list(split_dir: Path, suffixes: tuple[str, ...]) -> tuple[Path, int, list[Path]] | None:
+    """A `file_list` for fn.readers.file without the skipped files: (path, how many left out, lists used)."""
+    skipped, lists = skipped_files(split_dir)
+    if not skipped:
+        return None
+    scan = scan_image_folder(split_dir, suffixes)
+    keep = [(path, label) for path, label in scan.files if path not in skipped]
+    body = "".join(f"{path} {label}\n" for path, label in keep)
+    out = CACHE / "file-lists" / f"{_key(split_dir)}-{hashlib.sha256(body.encode()).hexdigest()[:12]}.txt"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(body)
+        os.replace(tmp, out)
+    return out, len(scan.files) - len(keep), lists

@@ -1,0 +1,124 @@
+"""How this machine differs from the one a run was logged on: versions, GPU, code, layout, data.
+
+Read from the run's tags (runinfo.run_tags) and params (the data fingerprint, launch.run_params),
+and measured here the same way, so that the two sides are comparable by construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.repro.store import RunRecord
+
+VERSION_LABELS = {"version.torch_cuda": "CUDA (torch build)", "version.dali": "DALI", "version.cudnn": "cuDNN",
+                  "runner.python": "python"}
+GPU_LABELS = {"gpu.model": "GPU model", "gpu.count": "GPU count", "gpu.driver": "GPU driver"}
+NONE = "-"
+
+
+@dataclass(frozen=True)
+class Difference:
+    what: str
+    run: str
+    here: str
+    kind: str  # versions | gpu | code | layout | data
+
+
+def machine_differences(run: RunRecord, v) -> list[Difference]:
+    """Versions, GPU, code and process layout that differ between the run and this machine."""
+    from runner import runinfo
+    from runner.telemetry import gpu_info
+
+    here = {("runner.python" if k == "python" else k): val for k, val in runinfo.versions().items()}
+    out = _compare(run.tags, here, sorted({k for k in (*run.tags, *here) if k.startswith("version.")}
+                                          | {"runner.python"}), VERSION_LABELS, "versions")
+    out += _compare(run.tags, gpu_info(), list(GPU_LABELS), GPU_LABELS, "gpu")
+    code_run, code_here = _code(run.tags), _code(runinfo.git_state())
+    if code_run != code_here:
+        out.append(Difference("code (git)", code_run, code_here, "code"))
+    layout = {"runner.accelerator": v.target.accelerator, "runner.world_size": str(v.target.world)}
+    if "runner.torch_threads" in run.tags and v.target.accelerator == "cpu":
+        layout["runner.torch_threads"] = str(cpu_threads(v))  # CPU results depend on it (docs/reproducibility.md)
+    out += _compare(run.tags, layout, list(layout), {"runner.accelerator": "accelerator",
+                                                     "runner.world_size": "processes",
+                                                     "runner.torch_threads": "torch CPU threads"}, "layout")
+    return out
+
+
+def cpu_threads(v) -> int:
+    """The intra-op thread count launch.torch_threads gives each CPU process on this machine."""
+    from runner.machine import cpu_cores
+
+    return max(1, cpu_cores() // max(1, v.processes))
+
+
+def _compare(run: dict, here: dict, keys: list[str], labels: dict[str, str], kind: str) -> list[Difference]:
+    out = []
+    for key in keys:
+        a, b = run.get(key), here.get(key)
+        if (a is None and b is None) or a == b:
+            continue
+        out.append(Difference(labels.get(key, key.removeprefix("version.")), a or NONE, b or NONE, kind))
+    return out
+
+
+def _code(git: dict[str, str]) -> str:
+    commit = git.get("git.commit")
+    if not commit:
+        return "not a git checkout"
+    return commit[:12] + (" + uncommitted changes" if git.get("git.dirty") == "true" else "")
+
+
+def logged_fingerprint(run: RunRecord, role: str) -> dict[str, str] | None:
+    prefix = f"data.fingerprint.{role}."
+    fp = {k[len(prefix):]: v for k, v in run.params.items() if k.startswith(prefix)}
+    return fp or None
+
+
+def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
+    """This machine's fingerprint of what `role` would read, a reason it has none, or None (no files read)."""
+    from runner.data.scan import fingerprint
+    from runner.errors import DataError
+    from runner.launch import reader_suffixes
+    from runner.plan import split_dir
+
+    if v.config.data.loader == "synthetic" or (role == "eval" and "eval" not in v.graphs
+                                               and v.config.data.loader == "dali"):
+        return None
+    folder = split_dir(v.config.data, role)
+    if not folder.is_dir():
+        return f"not found: {folder}"
+    try:
+        return {k: str(val) for k, val in fingerprint(folder, reader_suffixes(v, role)).items()}
+    except DataError as e:
+        return f"unreadable: {e.message}"
+
+
+def describe_fingerprint(fp: dict[str, str] | str | None) -> str:
+    if fp is None:
+        return NONE
+    if isinstance(fp, str):
+        return fp
+    size = int(fp.get("bytes", 0))
+    return (f"{fp.get('files')} files, {_size(size)}, {fp.get('classes')} classes, "
+            f"sha256 {str(fp.get('sha256', ''))[:12]}")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def data_differences(run: RunRecord, v) -> list[Difference]:
+    """The data each split would read here against the fingerprint the run logged (names and sizes)."""
+    out = []
+    for role in ("train", "eval"):
+        before, now = logged_fingerprint(run, role), current_fingerprint(v, role)
+        if before is None and now is None:
+            continue
+        if before is not None and isinstance(now, dict) and all(before.get(k) == now.get(k) for k in before):
+            continue
+        out.append(Difference(f"data ({role})", describe_fingerprint(before), describe_fingerprint(now), "data"))
+    return out

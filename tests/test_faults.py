@@ -1,0 +1,194 @@
+"""Preemption, resume, atomic checkpoints, corrupt data and DDP faults: nothing is lost, nothing hangs."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from tests.conftest import write_image_folder
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT = """\
+name: tiny
+seed: 5
+model: {name: resnet18, num_classes: 3}
+optimizer: {lr: 0.01}
+scheduler: {name: cosine}
+trainer: {epochs: 3, log_every_n_steps: 1, deterministic: true}
+data: {root: data, batch_size: 4}
+pipelines:
+  train: {use: imagenet_train, params: {size: 32}}
+  eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36}}
+tracking: {experiment: tiny}
+"""
+
+
+def make_workdir(root: Path) -> Path:
+    import shutil
+
+    from tests.conftest import REPO
+
+    shutil.copytree(REPO / "pipelines", root / "pipelines")
+    (root / "experiments").mkdir()
+    write_image_folder(root / "data" / "train", classes=3, per_class=8, seed=1)
+    write_image_folder(root / "data" / "val", classes=3, per_class=3, seed=2)
+    (root / "experiments" / "tiny.yaml").write_text(EXPERIMENT)
+    return root
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return make_workdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One uninterrupted run that the interrupted ones are compared with."""
+    root = make_workdir(tmp_path_factory.mktemp("resume"))
+    full = runner(root, "launch", "experiments/tiny.yaml", "tracking.run_name=full")
+    assert full.wait(timeout=300) == 0, full.stdout.read()
+    return root
+
+
+def runner(workdir, *args, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-u", "-m", "runner", *map(str, args)], cwd=workdir, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+
+
+def wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
+    """Read the process's output until `text` appears; returns what was read."""
+    seen, end = [], time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+        if time.monotonic() > end:
+            break
+    raise AssertionError(f"{text!r} never appeared:\n" + "".join(seen[-30:]))
+
+
+def history(workdir, run_name, key="train/loss"):
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    exp = client.get_experiment_by_name("tiny")
+    run = next(r for r in client.search_runs([exp.experiment_id]) if r.info.run_name == run_name)
+    return run, {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_stop_mid_epoch_then_resume_continues_bit_identically(reference, sig, code):
+    workdir, name = reference, f"cut-{sig.name}"
+    cut = runner(workdir, "launch", "experiments/tiny.yaml", f"tracking.run_name={name}")
+    wait_for(cut, "(global 8)")  # epoch 2, batch 2 of 6
+    cut.send_signal(sig)
+    out = cut.stdout.read()
+    assert cut.wait(timeout=120) == code, out
+    run, before = history(workdir, name)
+    assert run.info.status == "KILLED" and "KILLED" in out
+    ckpt = Path(workdir, run.data.tags["runner.checkpoint"])
+    state = torch.load(ckpt, weights_only=False)
+    assert state["epoch"] == 1 and 0 < state["batch"] < 6 and state["step"] == 6 + state["batch"]
+    assert state["loader_states"][0]  # DALI's reader and RNG state
+    resumed = runner(workdir, "resume", run.info.run_id)
+    assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
+    run, after = history(workdir, name)
+    _, expected = history(workdir, "full")
+    assert run.info.status == "FINISHED"
+    assert after == expected  # every step's loss, bit for bit, across the interruption
+    _, ev_cut = history(workdir, name, "eval/top1")
+    _, ev_full = history(workdir, "full", "eval/top1")
+    assert ev_cut == ev_full
+
+
+def test_a_kill_during_a_checkpoint_write_keeps_the_last_good_one(tmp_path):
+    from runner import checkpoint
+
+    first = checkpoint.save({"step": 1, "weights": torch.ones(10)}, tmp_path)
+    script = textwrap.dedent(f"""\
+        import torch
+        from pathlib import Path
+        from runner import checkpoint
+        state = {{"step": 2, "weights": torch.randn(800_000_000 // 4)}}
+        print("writing", flush=True)
+        checkpoint.save(state, Path({str(tmp_path)!r}))
+        print("done", flush=True)
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    temporaries = list(tmp_path.glob(".last.pt.*.tmp"))
+    assert temporaries, "the write was not interrupted; make the state larger"
+    state = checkpoint.load(first)
+    assert state["step"] == 1 and torch.equal(state["weights"], torch.ones(10))
+    # the next save replaces it atomically and leaves the stale temporary harmless
+    checkpoint.save({"step": 3}, tmp_path)
+    assert checkpoint.load(first)["step"] == 3
+
+
+def corrupt(workdir) -> str:
+    (workdir / "data" / "train" / "c1" / "005.jpg").write_text("not a jpeg")
+    return "c1/005.jpg"
+
+
+def test_a_file_that_does_not_decode_is_named_then_skipped(workdir):
+    bad = corrupt(workdir)
+    first = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.epochs=1")
+    out = first.stdout.read()
+    assert first.wait(timeout=300) == 2
+    assert "Traceback" not in out
+    assert (f"error: data/train: the train pipeline failed to decode an image (nvImageCodec failure: '#4'). 1 "
+            f"file(s) here do not decode: {bad} (not an image (a text file: 'not a jpeg')). They are now listed in "
+            "data/train/.runner-bad-files.txt, so the next run leaves them out: run the same command again.") in out
+    second = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.epochs=1")
+    out = second.stdout.read()
+    assert second.wait(timeout=300) == 0, out
+    assert "FINISHED" in out
+
+
+def test_ddp_a_failing_rank_ends_every_rank_and_is_reported_first(workdir):
+    corrupt(workdir)
+    start = time.monotonic()
+    proc = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.devices=2")
+    out = proc.stdout.read()
+    assert proc.wait(timeout=120) == 2
+    assert time.monotonic() - start < 60
+    errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
+    assert errors[0].startswith("error: data/train: the train pipeline failed to decode an image")
+    assert errors[-1].startswith("error: rank ") and "exited with code 2 first" in errors[-1]
+    assert "Traceback" not in out
+
+
+def test_ddp_a_killed_rank_ends_every_rank(workdir):
+    start = time.monotonic()
+    proc = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.devices=2",
+                  "trainer.epochs=50", start_new_session=True)
+    wait_for(proc, "(global 3)")
+    victim = next(pid for pid in _children(proc.pid) if _env(pid).get("RANK") == "1")
+    os.kill(victim, signal.SIGKILL)
+    out = proc.stdout.read()
+    assert proc.wait(timeout=120) != 0
+    assert time.monotonic() - start < 90
+    assert "error: rank 1 (pid" in out and "was killed by SIGKILL first" in out
+    assert not [p for p in _children(proc.pid)]
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    kids = [int(p) for p in out]
+    return kids + [g for k in kids for g in _children(k)]
+
+
+def _env(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
