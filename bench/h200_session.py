@@ -116,7 +116,26 @@ def phase_e() -> None:
         (OUT / "mlflow.db").write_bytes(Path("mlflow.db").read_bytes())
 
 
-PHASES = {"a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+def phase_f() -> None:
+    anchor("dali_fused", f"{SYNTH}/train", HW_LOAD="0.99")
+    bench("bench_loader_hw99", "experiments/resnet50_dali.yaml", "dali", "loader",
+          "pipelines.train.params.hw_decoder_load=0.99", "tracking.enabled=false")
+    anchor("dali_fused", f"{SYNTH}/train")
+    bench("bench_loader_linear", "experiments/resnet50_dali.yaml", "dali", "loader",
+          "pipelines.train.use=imagenet_train_fused_linear", "tracking.enabled=false")
+    bench("bench_compiled_linear", "experiments/resnet50_dali.yaml", "synthetic,dali", "e2e", "trainer.compile=true",
+          "pipelines.train.use=imagenet_train_fused_linear", "pipelines.train.params.hw_decoder_load=0.99",
+          "data.prefetch=3", "tracking.enabled=false")
+
+
+def phase_g() -> None:
+    bench("bench_compiled_prio", "experiments/resnet50_dali.yaml", "dali", "e2e", "trainer.compile=true",
+          "pipelines.train.params.hw_decoder_load=0.99", "data.cuda_stream_priority=-5", "tracking.enabled=false")
+    bench("bench_eager_prio", "experiments/resnet50_dali.yaml", "synthetic,dali", "e2e",
+          "pipelines.train.params.hw_decoder_load=0.99", "data.cuda_stream_priority=-5", "tracking.enabled=false")
+
+
+PHASES = {"g": phase_g, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
 
 
 def main(phase: str) -> int:

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may come after options too: `runner bench X --steps 50 data.batch_size=64`
-    if extra and all("=" in e and not e.startswith("-") for e in extra) and hasattr(args, "overrides"):
+    if extra and all(("=" in e or e.startswith("~")) and not e.startswith("-") for e in extra) \
+            and hasattr(args, "overrides"):
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

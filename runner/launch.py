@@ -16,7 +16,7 @@ from pathlib import Path
 from runner import console
 from runner.errors import ConfigError, DataError
 from runner.machine import cpu_cores
-from runner.plan import data_root, split_dir, synth_dir
+from runner.plan import split_dir, synth_dir
 
 WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
 
@@ -39,14 +39,12 @@ def ensure_data(v, *, quiet: bool = False) -> None:
                                min_side=s.min_side, max_side=s.max_side, quality=s.quality,
                                progress=None if quiet else progress)
         return
-    from runner.data.scan import scan_image_folder
+    from runner.plan import scan_split
 
     for role in ("train", "eval"):
         if role == "eval" and v.config.pipelines.eval is None and cfg.loader == "dali":
             continue
-        scan_image_folder(split_dir(cfg, role), reader_suffixes(v, role))  # DataError names folder and layout
-    if not data_root(cfg).is_dir():
-        raise DataError(f"data.root {cfg.root} does not exist.")
+        scan_split(v.loaded, role, reader_suffixes(v, role))  # DataError at data.root, naming folder and layout
 
 
 def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str]) -> list[str]:

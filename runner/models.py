@@ -41,9 +41,25 @@ def check_model(cfg: ModelConfig, where: Callable[[str], dict] = lambda key: {"w
         try:
             with torch.device("meta"):
                 build(cfg.num_classes, **cfg.kwargs)
-        except TypeError as e:
-            raise ConfigError(f"{cfg.name} does not accept these arguments: {e}.",
+        except Exception as e:  # TypeError for unknown names, ValueError/AssertionError for bad values
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".!")
+            raise ConfigError(f"{cfg.name} does not accept these arguments: {reason}. It takes: "
+                              f"{', '.join(accepted_kwargs(cfg.name)) or 'no extra arguments'}.",
                               **where("model.kwargs")) from None
+
+
+def accepted_kwargs(name: str) -> list[str]:
+    """Keyword arguments the torchvision model class takes (besides num_classes)."""
+    import inspect
+
+    import torchvision
+
+    builder = getattr(torchvision.models, name)
+    model_cls = inspect.signature(builder).return_annotation
+    if not inspect.isclass(model_cls):
+        return []
+    return [p for p in inspect.signature(model_cls.__init__).parameters
+            if p not in ("self", "num_classes", "args", "kwargs")]
 
 
 def create_model(cfg: ModelConfig):

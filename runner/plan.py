@@ -128,4 +128,5 @@ def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkp
                         device_id=target.local_rank if target.accelerator == "gpu" else None,
                         # ranks draw different augmentations; readers get the shared seed (see dsl.check)
                         seed=loaded.config.seed + 1000 * target.rank + (0 if role == "train" else 17),
-                        prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing)
+                        prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing,
+                        cuda_stream_priority=data.cuda_stream_priority if target.accelerator == "gpu" else None)

@@ -110,7 +110,8 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     steps_per_epoch = train_loader.steps_per_epoch
     total_steps = tc.epochs * steps_per_epoch if tc.max_steps is None else min(tc.max_steps, tc.epochs * steps_per_epoch)
     optimizer = create_optimizer(model, cfg.optimizer, cfg.data.batch_size * d.world)
-    scheduler = create_scheduler(optimizer, cfg.scheduler, steps_per_epoch, total_steps)
+    # the schedule spans the planned epochs; max_steps only stops early, on the same curve
+    scheduler = create_scheduler(optimizer, cfg.scheduler, steps_per_epoch, tc.epochs * steps_per_epoch)
     scaler = torch.amp.GradScaler(d.device.type, enabled=tc.precision == "fp16")
     step, epoch, start_batch = 0, 0, 0
     if resume:

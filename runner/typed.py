@@ -109,7 +109,13 @@ def convert(tp: Any, value: Any, key: str, locate: Locator) -> Any:
     if origin is dict:
         if not isinstance(value, Mapping):
             raise _fail(key, f"{_show(value)} is not valid; expected a mapping.", locate)
-        return dict(value)
+        item = args[1] if len(args) == 2 else Any
+        if item is not Any:
+            for k, v in value.items():
+                if isinstance(v, Mapping):  # `tags.a.b=x` on the command line nests; the key was meant whole
+                    raise _fail(f"{key}.{k}", f"{_show(v)} is not valid; expected {describe(item)}. A key with dots "
+                                              f"is written in brackets: {key}[{k}.{next(iter(v), 'x')}]=VALUE.", locate)
+        return {k: convert(item, v, f"{key}.{k}", locate) for k, v in value.items()}
     return _scalar(tp, value, key, locate)
 
 

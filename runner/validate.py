@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.config import LoadedExperiment, load_experiment
-from runner.errors import ConfigError
 from runner.machine import processes_per_node, resolve_accelerator
 from runner.models import check_model
 from runner.optim import OPTIMIZERS, SCHEDULES
@@ -27,7 +26,7 @@ class Validated:
 def check_names(loaded: LoadedExperiment) -> None:
     """Model, optimizer and scheduler names resolve through their registries."""
     cfg = loaded.config
-    _check_model(loaded)
+    check_model(cfg.model, loaded.where)
     OPTIMIZERS.get(cfg.optimizer.name, **loaded.where("optimizer.name"))
     SCHEDULES.get(cfg.scheduler.name, **loaded.where("scheduler.name"))
     if cfg.tracking.enabled:
@@ -38,18 +37,6 @@ def check_names(loaded: LoadedExperiment) -> None:
         from runner.loaders.transforms import check_transforms
 
         check_transforms(cfg.data.torchvision, loaded.where)
-
-
-def _check_model(loaded: LoadedExperiment) -> None:
-    model = loaded.config.model
-    try:
-        check_model(model, loaded.where)
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - constructors check kwargs with ValueError, assert, ...
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".!")
-        raise ConfigError(f"{model.name} does not accept these arguments: {reason}.",
-                          **loaded.where("model.kwargs")) from None
 
 
 def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,

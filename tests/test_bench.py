@@ -20,8 +20,9 @@ def tiny(project, image_dataset):
 
 
 def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
-    code, out, err = run_cli(["bench", tiny, "--loaders", "synthetic,dali", "--modes", "loader,e2e",
-                              "--warmup", "2", "--steps", "4", "--window", "2", "--out", project / "b"], capsys)
+    code, out, err = run_cli(["bench", tiny, "--loaders", "synthetic,dali,cache", "--modes", "loader,e2e",
+                              "--warmup", "2", "--steps", "4", "--window", "2", "--out", project / "b",
+                              "pipelines.train.params.hw_decoder_load=0.9"], capsys)
     assert code == 0, err + out
     result = json.loads((project / "b" / "bench.json").read_text())
     rows = {r["variant"]: r for r in result["rows"]}
@@ -29,6 +30,8 @@ def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
     assert rows["synthetic"]["e2e"]["images_per_s"] == result["ceiling"] > 0
     assert rows["dali"]["loader"]["images_per_s"] > 0 and rows["dali"]["loader"]["shape"] == [4, 3, 32, 32]
     assert rows["dali"]["e2e"]["steps"] == 4 and 0 <= rows["dali"]["e2e"]["data_wait_share"] < 1
+    # the cache variant swaps in the cache pipelines, dropping the JPEG pipeline's parameters
+    assert rows["cache"]["loader"]["shape"] == [4, 3, 32, 32] and rows["cache"]["e2e"]["steps"] == 4
     assert (project / "b" / "bench.png").stat().st_size > 10_000
     md = (project / "b" / "bench.md").read_text()
     assert "| loader | configuration | loader-only img/s | train img/s | of ceiling | data wait |" in md
@@ -38,7 +41,7 @@ def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
     parent = next(r for r in runs if r.data.tags.get("runner.bench") == "parent")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert sorted(r.data.tags["runner.bench.variant"] for r in children) == ["dali", "synthetic"]
+    assert sorted(r.data.tags["runner.bench.variant"] for r in children) == ["cache", "dali", "synthetic"]
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"bench.json", "bench.png", "bench.md"}
 
 

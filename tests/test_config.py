@@ -167,3 +167,23 @@ def test_gpu_demanded_on_cpu_machine(project, capsys):
                    "(trainer.accelerator: gpu) but this machine has none that CUDA can use (NVML found no device, or "
                    "CUDA_VISIBLE_DEVICES hides them). Set trainer.accelerator=auto to fall back to the CPU, or run on "
                    "a GPU machine.\n")
+
+
+def test_removal_overrides(project):
+    path = write(project, "pipelines: {train: {use: imagenet_train_fused, params: {hw_decoder_load: 0.9}}}\n")
+    loaded = load_experiment(path, ["~pipelines.train.params", "pipelines.train.use=imagenet_train_cache",
+                                    "pipelines.train.params.size=160"])
+    assert loaded.pipelines["train"].name == "imagenet_train_cache"
+    assert loaded.pipelines["train"].params["size"] == 160
+    assert error_of(path, ["~optimizer.nothing"]) == ("command line '~optimizer.nothing': optimizer.nothing: nothing "
+                                                      "to remove: the key is not set.")
+
+
+def test_mapping_values_are_typed(project):
+    path = write(project, "pipelines: {train: {use: imagenet_train}}\ntracking: {tags: {team: 7}}\n")
+    assert load_experiment(path).config.tracking.tags == {"team": "7"}
+    assert load_experiment(path, ["tracking.tags[mlflow.parentRunId]=abc"]).config.tracking.tags[
+        "mlflow.parentRunId"] == "abc"
+    assert error_of(path, ["tracking.tags.mlflow.parentRunId=abc"]) == (
+        "command line 'tracking.tags.mlflow.parentRunId=abc': tracking.tags.mlflow: {'parentRunId': 'abc'} is not "
+        "valid; expected a string. A key with dots is written in brackets: tracking.tags[mlflow.parentRunId]=VALUE.")

@@ -21,6 +21,10 @@ def cache_dir(v) -> Path:
     return root.parent / f"{root.name}-cache256"
 
 
+def _size(role: str, source) -> tuple[str, ...]:
+    return (f"pipelines.{role}.params.size={source.params['size']}",) if source and "size" in source.params else ()
+
+
 def variants(v, names: list[str]) -> list[Variant]:
     """The overrides for each named loader, checked against the experiment."""
     train = v.loaded.pipelines.get("train")
@@ -31,9 +35,10 @@ def variants(v, names: list[str]) -> list[Variant]:
         "dali": Variant("dali", ("data.loader=dali",), f"DALI, {train.name if train else '?'} as configured"),
         "dali-cpu": Variant("dali-cpu", ("data.loader=dali", "pipelines.train.params.decode_device=cpu"),
                             "DALI, JPEG decode on CPU threads"),
-        "cache": Variant("cache", ("data.loader=dali", f"data.root={cache_dir(v)}",
-                                   "pipelines.train.use=imagenet_train_cache",
-                                   "pipelines.eval.use=imagenet_eval_cache"),
+        # the cache pipelines have their own parameters: those of the JPEG pipelines are dropped first
+        "cache": Variant("cache", ("data.loader=dali", f"data.root={cache_dir(v)}", "~pipelines.train.params",
+                                   "pipelines.train.use=imagenet_train_cache", *_size("train", train),
+                                   "~pipelines.eval", "pipelines.eval.use=imagenet_eval_cache"),
                          "DALI from the pre-decoded cache (max side 256)"),
         "torchvision": Variant("torchvision", ("data.loader=torchvision",), "torchvision DataLoader (PIL on CPU)"),
     }

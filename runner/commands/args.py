@@ -6,16 +6,20 @@ from runner.errors import RunnerError
 
 
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
-    """Positional words -> (files, key=value overrides)."""
-    return [i for i in items if "=" not in i], [i for i in items if "=" in i]
+    """Positional words -> (files, key=value and ~key overrides)."""
+    from runner.config.load import is_override
+
+    return [i for i in items if not is_override(i)], [i for i in items if is_override(i)]
 
 
 def experiment_and_overrides(args) -> tuple[str, list[str]]:
-    files, overrides = split_overrides([args.experiment, *args.overrides])
-    if len(files) != 1:
-        raise RunnerError(f"expected one experiment file and key=value overrides; got files {files}.",
-                          file="command line")
-    return files[0], overrides
+    from runner.config.load import is_override
+
+    stray = [o for o in args.overrides if not is_override(o)]
+    if stray:
+        raise RunnerError(f"'{stray[0]}' is not an override; write key.path=value, for example "
+                          "optimizer.lr=0.05 (one experiment file comes first).", file="command line")
+    return args.experiment, list(args.overrides)
 
 
 def add_experiment(parser) -> None:

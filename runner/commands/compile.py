@@ -19,13 +19,16 @@ def register(sub) -> None:
 def run(args) -> int:
     from runner.validate import validate
 
+    from runner.files import check_writable, write_text_atomic
+
     path, overrides = experiment_and_overrides(args)
+    if args.output:
+        check_writable(args.output)
     v = validate(path, overrides)
     cpu_note(v.graphs)
     source = compiled_source(v, args.pipeline)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(source)
+        write_text_atomic(args.output, source)
         console.err.print(f"wrote {args.output}")
     else:
         print(source)
@@ -37,7 +40,7 @@ def compiled_source(v: Validated, role: str) -> str:
 
     if v.config.data.loader != "dali":
         raise ConfigError(f"data.loader is '{v.config.data.loader}': this experiment has no DALI pipeline to "
-                          "compile. Set data.loader=dali.", file=v.loaded.path, where="data.loader")
+                          "compile. Set data.loader=dali.", **v.loaded.where("data.loader"))
     if role not in v.graphs:
         raise ConfigError(f"the experiment has no {role} pipeline (pipelines.{role} is not set).",
                           file=v.loaded.path, where=f"pipelines.{role}")

@@ -30,7 +30,10 @@ def run(args) -> int:
     from runner.telemetry import gpu_info
     from runner.validate import validate
 
+    from runner.files import check_writable, write_text_atomic
+
     path, overrides = experiment_and_overrides(args)
+    output = check_writable(args.output if args.output else default_output(Path(path)))  # before the trials
     v = validate(path, overrides)
     cpu_note(v.graphs)
     if v.config.data.loader != "dali" or "train" not in v.graphs:
@@ -83,7 +86,6 @@ def run(args) -> int:
               f"{result.best.images_per_s:,.0f} img/s training, {100 * result.gain:+.1f}% over the experiment as "
               f"written ({result.baseline.images_per_s:,.0f}).\nUse it: add `include: [THIS_FILE]` to the "
               "experiment, or pass these keys as overrides.")
-    output = Path(args.output) if args.output else default_output(Path(path))
-    output.write_text(tuned_yaml(result, header.replace("THIS_FILE", output.name)))
+    write_text_atomic(output, tuned_yaml(result, header.replace("THIS_FILE", output.name)))
     console.out.print(f"wrote {output}: " + " ".join(as_overrides(result.best.settings)))
     return 0

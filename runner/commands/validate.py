@@ -22,8 +22,8 @@ def run(args) -> int:
     if not files:
         raise RunnerError("name at least one experiment file, e.g. runner validate experiments/quickstart.yaml.",
                           file="command line")
-    for path in files:
-        v = validate(path, overrides)
+    checked = [validate(path, overrides) for path in files]  # every file checked before anything prints
+    for v in checked:
         cpu_note(v.graphs)
         print_validated(v)
     return 0

@@ -83,7 +83,20 @@ class _Sources:
         return self.files[0].path, self.files[0].line(key)
 
 
+DELETE = object()  # `~key.path`: remove the key (Hydra's syntax), e.g. params a swapped-in pipeline lacks
+
+
+def is_override(word: str) -> bool:
+    return "=" in word or word.startswith("~")
+
+
 def _parse_override(text: str) -> tuple[str, Any]:
+    if text.startswith("~"):
+        key = text[1:].partition("=")[0].strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"'{text}' is not a removal; write ~key.path, for example ~pipelines.train.params.",
+                              file="command line")
+        return key, DELETE
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
@@ -130,6 +143,13 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
 
 
 def _apply_override(merged: Any, key: str, value: Any, text: str) -> None:
+    if value is DELETE:
+        parent, _, last = key.rpartition(".")
+        node = OmegaConf.select(merged, parent) if parent else merged
+        if not OmegaConf.is_dict(node) or last not in node:
+            raise ConfigError("nothing to remove: the key is not set.", file=f"command line '{text}'", where=key)
+        del node[last]
+        return
     try:
         OmegaConf.update(merged, key, value, merge=True, force_add=True)
         return

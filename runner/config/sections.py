@@ -107,6 +107,7 @@ class DataConfig:
     eval_batch_size: int | None = bounded(None, ge=1)
     num_threads: int | Literal["auto"] = bounded("auto", ge=1)  # DALI CPU threads per process
     prefetch: int = bounded(2, ge=1)            # DALI prefetch queue depth
+    cuda_stream_priority: int | None = None     # DALI's CUDA stream priority (-5..0 on Hopper; lower first)
     image_size: int = bounded(224, ge=8)        # synthetic loader's images
     skip_bad_files: bool = True                 # leave out files listed by `runner data check` (DALI loader)
     synth: SynthConfig = field(default_factory=SynthConfig)

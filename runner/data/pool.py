@@ -35,10 +35,13 @@ def _indexed(fn: Callable[[Any], Any], pair: tuple[int, Any]) -> tuple[int, Any]
 
 
 def map_in_pool(fn: Callable[[T], R], items: Sequence[T], *, workers: int | None = None,
-                progress: Progress | None = None, initializer: Callable[[], None] | None = None) -> list[R]:
+                progress: Progress | None = None, initializer: Callable[[], None] | None = None,
+                start_method: str = "fork") -> list[R]:
     """[fn(item) for item in items], computed by `workers` processes; results keep the items' order.
 
-    `fn` and `initializer` must be module-level functions (they are pickled by name).
+    `fn` and `initializer` must be module-level functions (they are pickled by name). Use
+    start_method="spawn" from a process that runs native threads (DALI, torch): a child forked while
+    one of them holds a lock can hang for ever (seen here, in a rank diagnosing a decode error).
     """
     total = len(items)
     if progress:
@@ -49,9 +52,7 @@ def map_in_pool(fn: Callable[[T], R], items: Sequence[T], *, workers: int | None
     # small chunks keep the bar moving; big enough that the pipe is not the bottleneck
     chunksize = max(1, min(32, total // (workers * 16)))
     results: list[Any] = [None] * total
-    # forkserver, not fork: a training process has DALI's and torch's native threads, and a child forked
-    # while one of them holds a lock can hang for ever (seen here: a rank diagnosing a decode error)
-    context = multiprocessing.get_context("forkserver")
+    context = multiprocessing.get_context(start_method)
     with context.Pool(workers, initializer=_worker_setup, initargs=(initializer,)) as pool:
         done = 0
         for index, result in pool.imap_unordered(functools.partial(_indexed, fn), enumerate(items), chunksize):

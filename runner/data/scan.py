@@ -224,7 +224,8 @@ class CheckReport:
         return self.formats.get("PNG", 0)
 
 
-def check_images(root: str | Path, *, workers: int | None = None, progress: Progress | None = None) -> CheckReport:
+def check_images(root: str | Path, *, workers: int | None = None, progress: Progress | None = None,
+                 start_method: str = "fork") -> CheckReport:
     """Fully decode every file the reader would read under ROOT (in a process pool); list those that fail.
 
     Greyscale, CMYK, PNG, ... files that decode are fine (DALI converts them to RGB): they are only
@@ -232,7 +233,8 @@ def check_images(root: str | Path, *, workers: int | None = None, progress: Prog
     """
     scan = scan_image_folder(root)
     paths = [str(scan.root / path) for path, _ in scan.files]
-    results = map_in_pool(_decode, paths, workers=workers, progress=progress, initializer=_decoder_setup)
+    results = map_in_pool(_decode, paths, workers=workers, progress=progress, initializer=_decoder_setup,
+                          start_method=start_method)
     bad, formats, modes = [], Counter(), Counter()
     for (path, _), (reason, fmt, mode) in zip(scan.files, results):
         if reason:

@@ -90,7 +90,8 @@ class DaliLoader:
 
 def raise_for_decode(error: RuntimeError, role: str, folder) -> None:
     """Re-raise DALI's error, as a DataError naming the bad files when a decoder failed."""
-    if "decoders." not in str(error) or folder is None:
+    text = str(error)
+    if folder is None or not ("decoders." in text or "File mapping failed" in text or "Could not open" in text):
         raise error
     raise decode_failure(error, role, folder) from None
 
@@ -102,7 +103,7 @@ def decode_failure(error: Exception, role: str, folder) -> DataError:
     from runner.dsl.compile import _first_lines
 
     reason = _first_lines(error, 4)
-    report = check_images(folder)
+    report = check_images(folder, start_method="spawn")  # forking next to DALI's threads can hang
     if not report.bad:
         return DataError(f"the {role} pipeline failed to decode an image ({reason}), but every file in the folder "
                          "decodes with Pillow; the file may use a format DALI's decoder rejects.", file=folder)

@@ -1,14 +1,40 @@
 """The seed's baseline: torchvision ImageFolder + DataLoader, PIL decode and transforms on CPU workers."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from runner.errors import DataError
+from runner.errors import DataError, display_path
 from runner.machine import cpu_cores
 from runner.plan import Target, split_dir
+
+
+def load_rgb(path: str):
+    """torchvision's PIL loader, with a decode failure that names the file (workers pickle it by name)."""
+    from torchvision.datasets.folder import pil_loader
+
+    try:
+        return pil_loader(path)
+    except (OSError, ValueError, SyntaxError) as e:
+        raise DataError(f"cannot decode {display_path(Path(path))} ({type(e).__name__}: {e}). `runner data check "
+                        f"{display_path(Path(path).parent.parent)}` lists every such file, and runs leave them out.")
+
+
+def _skip_listed(dataset, folder) -> int:
+    """Drop the files `runner data check` listed for this split (as the DALI loader does)."""
+    from runner.data.skips import skipped_files
+
+    skipped, _ = skipped_files(folder)
+    if not skipped:
+        return 0
+    keep = [(p, c) for p, c in dataset.samples if str(Path(p).relative_to(folder)) not in skipped]
+    dropped = len(dataset.samples) - len(keep)
+    dataset.samples = dataset.imgs = keep
+    dataset.targets = [c for _, c in keep]
+    return dropped
 
 
 class _ShardSampler(Sampler):
@@ -57,7 +83,9 @@ class FolderLoader:
         root = split_dir(cfg, role)
         if not root.is_dir():
             raise DataError(f"{role} data folder {root} does not exist (data.root/{cfg.train_split if role == 'train' else cfg.eval_split}).")
-        dataset = ImageFolder(str(root), transform=train_tf if role == "train" else eval_tf)
+        dataset = ImageFolder(str(root), transform=train_tf if role == "train" else eval_tf, loader=load_rgb)
+        if cfg.skip_bad_files:
+            _skip_listed(dataset, root)
         batch = cfg.batch_size if role == "train" else (cfg.eval_batch_size or cfg.batch_size)
         sampler = _ShardSampler(len(dataset), target, v.config.seed, shuffle=role == "train", batch=batch,
                                 drop_last=role == "train")
@@ -75,8 +103,11 @@ class FolderLoader:
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.sampler.epoch, self.sampler.skip = self._epoch, start_batch * self.batch
-        for images, labels in self.loader:
-            yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+        try:
+            for images, labels in self.loader:
+                yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+        except DataError as e:  # from a worker: torch wraps it in its own traceback text; keep our paragraph
+            raise DataError(str(e).strip().splitlines()[-1].split("DataError: ", 1)[-1]) from None
         self.sampler.skip = 0
         self._epoch += 1
 

@@ -1,0 +1,34 @@
+"""Writing the files a command produces without ever leaving half of one behind."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from runner.errors import RunnerError, display_path
+
+
+def check_writable(path: str | Path, option: str = "--output") -> Path:
+    """Fail before any work when `path` cannot be written (a folder, a missing parent)."""
+    path = Path(path)
+    if path.is_dir():
+        raise RunnerError(f"{display_path(path)} is a folder; name a file to write.", file="command line",
+                          where=option)
+    if not path.parent.is_dir():
+        raise RunnerError(f"folder {display_path(path.parent)} does not exist; create it or name another file.",
+                          file="command line", where=option)
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str, option: str = "--output") -> Path:
+    """Write to a temporary file beside `path`, then rename it over `path`."""
+    path = check_writable(path, option)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise RunnerError(f"cannot write {display_path(path)} ({e.strerror}).", file="command line",
+                          where=option) from None
+    return path

@@ -1,0 +1,533 @@
+"""A catalog of bad inputs, each through the real CLI in-process, each message pinned.
+
+Every case: exit code 2, stderr is one paragraph that starts with "error: " (one line, no traceback),
+naming the file (or the command line) and the key path or pipeline step, and what would be valid.
+Then the cases where nothing may fail (files that decode, values YAML reads as numbers), and the
+cases where a failure must not lose what was already written.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from runner.machine import visible_gpus
+from tests.conftest import REPO, run_cli, write_image_folder
+
+EXP = """\
+model: {name: resnet18, num_classes: 2}
+trainer: {epochs: 1}
+data: {root: data, batch_size: 2}
+pipelines:
+  train: {use: imagenet_train, params: {size: 32, decode_device: cpu}}
+  eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36, decode_device: cpu}}
+tracking: {enabled: false}
+"""
+EXP_MINE = EXP.replace("use: imagenet_train, params: {size: 32, decode_device: cpu}", "use: mine")
+PIPE = """\
+params: {data_root: /d}
+steps:
+  - jpegs, labels = readers.file(file_root=$data_root)
+  - images = decoders.image(jpegs, output_type=RGB)
+  - images = resize(images, resize_x=32, resize_y=32)
+  - images = crop_mirror_normalize(images, dtype=FLOAT, output_layout="CHW")
+outputs: [images, labels]
+"""
+LAYOUT = "Expected an ImageFolder: ROOT/<class>/<image>.jpg, one folder per class with the images directly inside."
+KEYS = "Valid keys: name, description, seed, model, optimizer, scheduler, trainer, data, pipelines, tracking."
+OPTIMIZER_KEYS = ("Valid keys in optimizer: name, lr, lr_reference_batch, momentum, nesterov, weight_decay, betas, "
+                  "eps, no_decay_on_norm_and_bias.")
+URI_FORMS = ("Use http(s)://host[:port][/path] (a tracking server), sqlite:///path/to/mlflow.db (sqlite:////abs/"
+             "path.db for an absolute path), file:///path/to/dir or a plain directory path (a file store), "
+             "postgresql://, mysql:// or mssql:// database URLs, or databricks[://profile].")
+TRANSFORMS = ("AutoAugment, CenterCrop, ColorJitter, ConvertImageDtype, GaussianBlur, Grayscale, Normalize, PILToTensor, "
+              "RandAugment, RandomCrop, RandomErasing, RandomGrayscale, RandomHorizontalFlip, RandomResizedCrop, "
+              "RandomRotation, RandomVerticalFlip, Resize, ToTensor, TrivialAugmentWide")
+NO_GPU = ("the experiment asks for a GPU (trainer.accelerator: gpu) but this machine has none that CUDA can use (NVML "
+          "found no device, or CUDA_VISIBLE_DEVICES hides them). Set trainer.accelerator=auto to fall back to the "
+          "CPU, or run on a GPU machine.")
+VALIDATE = ["validate", "experiments/exp.yaml"]
+LAUNCH = ["launch", "experiments/exp.yaml"]
+
+
+@dataclass
+class Case:
+    id: str
+    expected: str                                   # stderr after "error: ", one line
+    args: list[str] = field(default_factory=lambda: VALIDATE)
+    exp: str | None = EXP                           # experiments/exp.yaml
+    pipe: str | None = None                         # pipelines/mine.yaml
+    setup: Callable[[Path], None] | None = None     # more files (data folders, ...), in the project
+    env: dict[str, str] = field(default_factory=dict)
+    needs_no_gpu: bool = False
+
+
+def images(root: Path, classes: int = 2, per_class: int = 2) -> None:
+    write_image_folder(root, classes=classes, per_class=per_class, size=(24, 24))
+
+
+def only_train(p: Path) -> None:
+    images(p / "data" / "train")
+
+
+def empty_train(p: Path) -> None:
+    (p / "data" / "train").mkdir(parents=True)
+    images(p / "data" / "val")
+
+
+def empty_class(p: Path) -> None:
+    images(p / "data" / "train")
+    (p / "data" / "train" / "c2").mkdir()
+    images(p / "data" / "val")
+
+
+def text_files_only(p: Path) -> None:
+    for c in ("cat", "dog"):
+        (p / "data" / "train" / c).mkdir(parents=True)
+        (p / "data" / "train" / c / "notes.txt").write_text("not an image")
+    images(p / "data" / "val")
+
+
+def no_class_folders(p: Path) -> None:
+    images(p / "data" / "flat")
+    (p / "data" / "train").mkdir()
+    for f in sorted((p / "data" / "flat").rglob("*.jpg")):
+        f.rename(p / "data" / "train" / f"{f.parent.name}-{f.name}")
+    images(p / "data" / "val")
+
+
+def someone_elses_photos(p: Path) -> None:
+    (p / "photos" / "cats").mkdir(parents=True)
+    (p / "photos" / "cats" / "1.jpg").write_bytes(b"mine")
+
+
+CASES = [
+    # ---- YAML syntax: the line, what is wrong, the usual cause
+    Case("tab indentation", exp=EXP + "seed: 1\nname:\n\tfoo\n",
+         expected="experiments/exp.yaml:10: YAML syntax error: found character '\\t' that cannot start any token. "
+                  "YAML indents with spaces only: replace the tab with spaces."),
+    Case("unclosed brace", exp=EXP.replace("{name: resnet18, num_classes: 2}", "{name: resnet18, num_classes: 2"),
+         expected="experiments/exp.yaml:2: YAML syntax error: expected ',' or '}', but got ':' (while parsing a flow "
+                  "mapping that starts on line 1). Check that the '{' on line 1 is closed with '}' and its items are "
+                  "separated by commas."),
+    Case("unclosed bracket", exp=EXP + "description: [a, b\n",
+         expected="experiments/exp.yaml:9: YAML syntax error: expected ',' or ']', but got '<stream end>' (while "
+                  "parsing a flow sequence that starts on line 8). Check that the '[' on line 8 is closed with ']' "
+                  "and its items are separated by commas."),
+    Case("duplicate key", exp=EXP + "model: {name: resnet34}\n",
+         expected="experiments/exp.yaml:8: model: duplicate key (first written on line 1). A YAML mapping holds each "
+                  "key once: merge the two or remove one."),
+    Case("duplicate nested key", exp="optimizer:\n  lr: 0.1\n  momentum: 0.9\n  lr: 0.2\n" + EXP,
+         expected="experiments/exp.yaml:4: optimizer.lr: duplicate key (first written on line 2). A YAML mapping holds "
+                  "each key once: merge the two or remove one."),
+    Case("tab in a pipeline file", exp=EXP_MINE, pipe=PIPE.replace("  - images = resize", "\t- images = resize"),
+         expected="pipelines/mine.yaml:5: YAML syntax error: found character '\\t' that cannot start any token. YAML "
+                  "indents with spaces only: replace the tab with spaces."),
+    Case("duplicate key in a pipeline file", exp=EXP_MINE, pipe=PIPE + "params: {size: 3}\n",
+         expected="pipelines/mine.yaml:8: params: duplicate key (first written on line 1). A YAML mapping holds each "
+                  "key once: merge the two or remove one."),
+    Case("list at the top level", exp="- model: resnet18\n",
+         expected="experiments/exp.yaml:1: expected a mapping of keys at the top level of the file."),
+
+    # ---- unknown keys
+    Case("unknown top-level key", exp=EXP + "optimiser: {lr: 1}\n",
+         expected=f"experiments/exp.yaml:8: optimiser: unknown key. Did you mean 'optimizer'? {KEYS}"),
+    Case("unknown nested key", exp=EXP + "optimizer:\n  lr_shedule: 3\n",
+         expected=f"experiments/exp.yaml:9: optimizer.lr_shedule: unknown key. {OPTIMIZER_KEYS}"),
+    Case("unknown key in a pipeline file", exp=EXP_MINE, pipe=PIPE + "output: [images]\n",
+         expected="pipelines/mine.yaml:8: output: unknown key. Did you mean 'outputs'? Valid keys: description, "
+                  "params, steps, outputs."),
+
+    # ---- wrong types
+    Case("wrong type", args=[*VALIDATE, "trainer.epochs=two"],
+         expected="command line 'trainer.epochs=two': trainer.epochs: 'two' is not valid; expected an integer."),
+    Case("scalar for a section", exp=EXP + "scheduler: cosine\n",
+         expected="experiments/exp.yaml:8: scheduler: 'cosine' is not valid; expected a mapping with keys name, "
+                  "warmup_epochs, warmup_start_factor, step_epochs, gamma, min_lr_factor, pct_start."),
+    Case("list for a mapping", args=[*VALIDATE, "model.kwargs=[0.2]"],
+         expected="command line 'model.kwargs=[0.2]': model.kwargs: [0.2] is not valid; expected a mapping."),
+    Case("text for a pair", args=[*VALIDATE, "optimizer.betas=0.9"],
+         expected="command line 'optimizer.betas=0.9': optimizer.betas: 0.9 is not valid; expected a list of numbers."),
+
+    # ---- out of range
+    Case("negative lr", exp=EXP + "optimizer: {lr: -0.1}\n",
+         expected="experiments/exp.yaml:8: optimizer.lr: -0.1 is out of range; it must be greater than 0."),
+    Case("batch size 0", args=[*VALIDATE, "data.batch_size=0"],
+         expected="command line 'data.batch_size=0': data.batch_size: 0 is out of range; it must be at least 1."),
+    Case("momentum 1.0", args=[*VALIDATE, "optimizer.momentum=1.0"],
+         expected="command line 'optimizer.momentum=1.0': optimizer.momentum: 1.0 is out of range; it must be at "
+                  "least 0 and less than 1."),
+    Case("label smoothing 1.0", args=[*VALIDATE, "trainer.label_smoothing=1.0"],
+         expected="command line 'trainer.label_smoothing=1.0': trainer.label_smoothing: 1.0 is out of range; it must "
+                  "be at least 0 and less than 1."),
+    Case("devices 0", args=[*VALIDATE, "trainer.devices=0"],
+         expected="command line 'trainer.devices=0': trainer.devices: 0 is out of range; it must be at least 1."),
+    Case("num_threads 0", args=[*VALIDATE, "data.num_threads=0"],
+         expected="command line 'data.num_threads=0': data.num_threads: 0 is out of range; it must be at least 1."),
+
+    # ---- names that resolve through registries
+    Case("unknown model", exp=EXP.replace("resnet18", "resnet_18"),
+         expected="experiments/exp.yaml:1: model.name: unknown model 'resnet_18'. Did you mean 'resnet18'? Valid "
+                  "models: convnext_tiny, efficientnet_b0, efficientnet_b1, efficientnet_b2, efficientnet_b3, "
+                  "mobilenet_v2, mobilenet_v3_large, mobilenet_v3_small, regnet_y_1_6gf, regnet_y_400mf, resnet101, "
+                  "resnet152, resnet18, resnet34, resnet50, resnext50_32x4d, swin_t, vit_b_16, vit_b_32, "
+                  "wide_resnet50_2."),
+    Case("unknown optimizer", args=[*VALIDATE, "optimizer.name=adam"],
+         expected="command line 'optimizer.name=adam': optimizer.name: unknown optimizer 'adam'. Did you mean "
+                  "'adamw'? Valid optimizers: adamw, sgd."),
+    Case("unknown scheduler", exp=EXP + "scheduler: {name: cosin}\n",
+         expected="experiments/exp.yaml:8: scheduler.name: unknown scheduler 'cosin'. Did you mean 'cosine'? Valid "
+                  "schedulers: constant, cosine, onecycle, step."),
+    Case("unknown operator", exp=EXP_MINE, pipe=PIPE.replace("decoders.image(", "decoders.imag("),
+         expected="pipelines/mine.yaml:4: step 2 (images = decoders.imag(jpegs, output_type=RGB)): unknown operator "
+                  "'decoders.imag'. Did you mean 'decoders.image'? Operators are DALI's fn names, such as "
+                  "readers.file, decoders.image, resize, crop_mirror_normalize, random.coin_flip; `runner ops` lists "
+                  "all 135."),
+    Case("unknown argument", exp=EXP_MINE, pipe=PIPE.replace("resize_x=32", "resize_shortr=32"),
+         expected="pipelines/mine.yaml:5: step 3 (images = resize(images, resize_shortr=32, resize_y=32)): unknown "
+                  "argument 'resize_shortr'. resize takes: antialias, bytes_per_sample_hint, dtype, interp_type, "
+                  "mag_filter, max_size, min_filter, minibatch_size, mode, preserve, resize_longer, resize_shorter, "
+                  "resize_x, resize_y, resize_z, roi_end, roi_relative, roi_start, save_attrs, size, "
+                  "subpixel_scale, temp_buffer_hint, device, name. Did you mean 'resize_shorter'?"),
+    Case("missing pipeline file", exp=EXP.replace("use: imagenet_eval", "use: imagenet_evl"),
+         expected="experiments/exp.yaml:6: pipelines.eval.use: pipeline 'imagenet_evl' not found (looked in "
+                  "{project}/pipelines, {repo}/pipelines). Did you mean 'imagenet_eval'? Available pipelines: "
+                  "imagenet_eval, imagenet_eval_cache, imagenet_train, imagenet_train_cache, imagenet_train_fused, "
+                  "imagenet_train_randaugment, imagenet_train_trivialaugment."),
+    Case("pipeline param it lacks", args=[*VALIDATE, "pipelines.train.params.sise=64"],
+         expected="command line 'pipelines.train.params.sise=64': pipelines.train.params.sise: pipeline "
+                  "'imagenet_train' has no parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, "
+                  "decode_device, hw_decoder_load."),
+
+    # ---- pipeline graphs
+    Case("undefined stream", exp=EXP_MINE, pipe=PIPE.replace("decoders.image(jpegs", "decoders.image(jpgs"),
+         expected="pipelines/mine.yaml:4: step 2 (images = decoders.image(jpgs, output_type=RGB)): undefined stream "
+                  "'jpgs'. Did you mean 'jpegs'? Streams defined so far: jpegs, labels."),
+    Case("one name for two outputs", exp=EXP_MINE, pipe=PIPE.replace("jpegs, labels =", "jpegs, jpegs ="),
+         expected="pipelines/mine.yaml:3: step 1 (jpegs, jpegs = readers.file(file_root=$data_root)): 'jpegs' names "
+                  "two outputs of this step; give each output its own name, for example `jpegs, labels = "
+                  "readers.file(...)`, or write _ for an output to discard."),
+    Case("cycle", exp=EXP_MINE,
+         pipe=PIPE.replace("  - images = resize(images, resize_x=32, resize_y=32)\n",
+                           "  - a = resize(b, resize_x=8)\n  - b = flip(a)\n").replace("[images, labels]",
+                                                                                      "[images, labels, b]"),
+         expected="pipelines/mine.yaml:5: step 3 (a = resize(b, resize_x=8)): cycle: a -> b -> a. A pipeline is a "
+                  "graph without cycles: each step may only use streams defined by the steps above it."),
+    Case("GPU stream into a CPU step", exp=EXP_MINE,
+         pipe=PIPE.replace("output_type=RGB)", 'device="mixed", output_type=RGB)').replace(
+             "resize(images, ", 'resize(images, device="cpu", '),
+         expected="pipelines/mine.yaml:5: step 3 (images = resize(images, device=\"cpu\", resize_x=32, resize_y=32)): "
+                  "stream 'images' (from step 2, decoders.image on the GPU) is on the GPU but this step runs on the "
+                  "CPU, and DALI cannot copy data back to the CPU; set device=\"gpu\" on this step."),
+    Case("pipeline without steps", exp=EXP_MINE, pipe="params: {data_root: /d}\noutputs: [images, labels]\n",
+         expected="pipelines/mine.yaml: steps: the pipeline has no steps; the first step is a reader, for example "
+                  "`jpegs, labels = readers.file(file_root=$data_root)`."),
+
+    # ---- files and the command line
+    Case("missing experiment file", exp=None, args=["validate", "experiments/nope.yaml"],
+         expected="experiments/nope.yaml: experiment file not found."),
+    Case("experiment file is a folder", args=["validate", "experiments"],
+         expected="experiments: is a folder, not an experiment file; name a YAML file. YAML files in it: exp.yaml."),
+    Case("include that does not exist", exp="include: [tuned.yaml]\n" + EXP,
+         expected="experiments/tuned.yaml: included file (from exp.yaml) not found."),
+    Case("override without '='", args=[*LAUNCH, "optimizer.lr"],
+         expected="command line: 'optimizer.lr' is not an override; write key.path=value, for example "
+                  "optimizer.lr=0.05 (one experiment file comes first)."),
+    Case("override without '=' before the file", args=["validate", "optimizer.lr", "experiments/exp.yaml"],
+         expected="optimizer.lr: experiment file not found. If it was meant as an override, write key.path=value, for "
+                  "example optimizer.lr=0.05."),
+    Case("override of an unknown key", args=[*VALIDATE, "optimizer.lrr=0.1"],
+         expected=f"command line 'optimizer.lrr=0.1': optimizer.lrr: unknown key. Did you mean 'lr'? {OPTIMIZER_KEYS}"),
+    Case("override of an unknown section", args=[*VALIDATE, "optimiser.lr=0.1"],
+         expected=f"command line 'optimiser.lr=0.1': optimiser: unknown key. Did you mean 'optimizer'? {KEYS}"),
+    Case("override value that is not YAML", args=[*VALIDATE, "optimizer.betas=[0.9,"],
+         expected="command line 'optimizer.betas=[0.9,': optimizer.betas: cannot parse the value as YAML: did not "
+                  "find expected node content. Write a YAML value such as 0.05, true, [0.9, 0.99] or {dropout: 0.2}, "
+                  "and quote the whole argument in the shell."),
+    Case("model kwarg the constructor does not take", args=[*VALIDATE, "model.kwargs={dropout: 0.5}"],
+         expected="command line 'model.kwargs={dropout: 0.5}': model.kwargs: resnet18 does not accept these "
+                  "arguments: ResNet.__init__() got an unexpected keyword argument 'dropout'. It takes: block, layers, "
+                  "zero_init_residual, groups, width_per_group, replace_stride_with_dilation, norm_layer."),
+    Case("model kwarg the constructor rejects", args=[*VALIDATE, "model.name=efficientnet_b0",
+                                                      "model.kwargs={dropout: 2.0}"],
+         expected="command line 'model.kwargs={dropout: 2.0}': model.kwargs: efficientnet_b0 does not accept these "
+                  "arguments: dropout probability has to be between 0 and 1, but got 2.0. It takes: "
+                  "inverted_residual_setting, dropout, stochastic_depth_prob, norm_layer, last_channel."),
+    Case("synthetic min_side above max_side", exp=EXP.replace("root: data", "synth: {min_side: 200, max_side: 100}"),
+         expected="experiments/exp.yaml:3: data.synth.min_side: 200 is larger than data.synth.max_side (100); "
+                  "generated images have sides between the two, so min_side must be at most max_side."),
+    Case("several nodes without a rendezvous", args=[*VALIDATE, "trainer.nnodes=2"],
+         expected="command line 'trainer.nnodes=2': trainer.nnodes: 2 nodes need trainer.rdzv_endpoint=HOST:PORT, "
+                  "the address of node 0 (the same on every node)."),
+    Case("bad transform argument",
+         exp=EXP.replace(
+             "data: {root: data, batch_size: 2}",
+             "data: {root: data, batch_size: 2, loader: torchvision, torchvision: {train: ['RandomResizedCrop(224, "
+             "scale=3)']}}"),
+         expected="experiments/exp.yaml:3: data.torchvision.train[0]: 'RandomResizedCrop(224, scale=3)': Scale should "
+                  "be a sequence. Signature: RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(0.75, "
+                  "1.3333333333333333), interpolation=<InterpolationMode.BILINEAR: 'bilinear'>, antialias: "
+                  "Optional[bool] = True)."),
+    Case("unknown transform", args=[*VALIDATE, "data.loader=torchvision",
+                                    "data.torchvision.eval=[Resize(36), CentreCrop(32), ToTensor()]"],
+         expected="command line 'data.torchvision.eval=[Resize(36), CentreCrop(32), ToTensor()]': "
+                  "data.torchvision.eval[1]: unknown transform 'CentreCrop'. Did you mean 'CenterCrop'? Valid "
+                  f"transforms: {TRANSFORMS}."),
+    Case("malformed tracking URI", exp=EXP.replace("tracking: {enabled: false}", "tracking: {uri: 'htp://mlflow:5000'}"),
+         expected=f"experiments/exp.yaml:7: tracking.uri: 'htp://mlflow:5000' is not a tracking store URI. {URI_FORMS} "
+                  "Did you mean 'http://mlflow:5000'?"),
+    Case("malformed MLFLOW_TRACKING_URI", args=[*VALIDATE, "tracking.enabled=true"],
+         env={"MLFLOW_TRACKING_URI": "sqlite://runs.db"},
+         expected=f"$MLFLOW_TRACKING_URI: 'sqlite://runs.db' is not a tracking store URI. {URI_FORMS} Did you mean "
+                  "'sqlite:///runs.db'?"),
+    Case("GPU demanded on a CPU machine", exp=EXP.replace("{epochs: 1}", "{epochs: 1, accelerator: gpu}"),
+         needs_no_gpu=True, expected=f"experiments/exp.yaml:2: trainer.accelerator: {NO_GPU}"),
+    Case("GPU processes on a CPU machine", args=[*VALIDATE, "trainer.accelerator=gpu", "trainer.devices=4"],
+         needs_no_gpu=True, expected=f"command line 'trainer.accelerator=gpu': trainer.accelerator: {NO_GPU}"),
+
+    # ---- data, found missing or unusable by `runner launch` before any work starts
+    Case("data.root points nowhere", args=[*LAUNCH, "data.root=nowhere/imagenet"],
+         expected="command line 'data.root=nowhere/imagenet': data.root: "
+                  f"nowhere/imagenet/train: no such folder (nowhere does not exist either). {LAYOUT}"),
+    Case("no val split", args=LAUNCH, setup=only_train,
+         expected=f"experiments/exp.yaml:3: data.eval_split: data/val: no such folder; data holds: train. {LAYOUT}"),
+    Case("empty train split", args=LAUNCH, setup=empty_train,
+         expected=f"experiments/exp.yaml:3: data.root: data/train: the folder is empty. {LAYOUT}"),
+    Case("class folder without images", args=LAUNCH, setup=empty_class,
+         expected="experiments/exp.yaml:3: data.root: data/train: 1 of 3 class folders hold no images: 'c2'. DALI's reader numbers every subfolder as a "
+                  "class (hidden and empty ones too), so these would shift the labels; remove them or add images. "
+                  f"{LAYOUT}"),
+    Case("non-image files only", args=LAUNCH, setup=text_files_only,
+         expected="experiments/exp.yaml:3: data.root: data/train: no class folder holds a file the reader reads: 'cat', 'dog' hold 2 file(s) such as "
+                  "'cat/notes.txt' (.txt). The reader takes only .jpg, .jpeg, .png, .bmp, .tif, .tiff, .pnm, .ppm, "
+                  f".pgm, .pbm, .jp2, .webp, .flac, .ogg, .wav (any case). {LAYOUT}"),
+    Case("images outside class folders", args=LAUNCH, setup=no_class_folders,
+         expected="experiments/exp.yaml:3: data.root: data/train: no class folders, only 4 file(s) such as 'c0-000.jpg'. Expected an ImageFolder: "
+                  "ROOT/<class>/<image>.jpg, one folder per class with the images directly inside; put each class's "
+                  "images in a folder named after the class."),
+    Case("synthetic set into someone's folder", exp=None, setup=someone_elses_photos,
+         args=["data", "synth", "photos", "--classes", "2", "--per-class", "1", "--eval-per-class", "1",
+               "--min-side", "16", "--max-side", "20"],
+         expected="photos: exists and is a folder without .runner-synth.json, not a synthetic dataset made by runner. "
+                  "runner does not write into (or delete) data it did not make: choose a new or empty folder, or "
+                  "remove this one."),
+]
+
+
+def test_the_catalog_is_large_enough():
+    assert len(CASES) >= 40 and len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, project, capsys, monkeypatch):
+    if case.needs_no_gpu and visible_gpus():
+        pytest.skip("this machine has a GPU")
+    for key, value in case.env.items():
+        monkeypatch.setenv(key, value)
+    if case.exp is not None:
+        (project / "experiments" / "exp.yaml").write_text(case.exp)
+    if case.pipe is not None:
+        (project / "pipelines" / "mine.yaml").write_text(case.pipe)
+    if case.setup is not None:
+        case.setup(project)
+    before = snapshot(project)
+
+    code, out, err = run_cli(case.args, capsys)
+
+    assert code == 2, out + err
+    assert "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1, err
+    expected = case.expected.replace("{project}", str(project.resolve())).replace("{repo}", str(REPO))
+    assert err == f"error: {expected}\n"
+    assert snapshot(project) == before  # a refused input writes nothing and deletes nothing
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ---- inputs that look odd and are valid ----------------------------------------------------------
+
+def test_cpu_processes_are_allowed_for_gloo_ddp(project, capsys):
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, out, err = run_cli([*VALIDATE, "trainer.devices=4", "trainer.accelerator=cpu"], capsys)
+    assert code == 0, err
+    assert "4 x cpu" in out
+
+
+def test_a_number_where_text_is_expected_is_read_as_text(project, capsys):
+    from runner.config import load_experiment
+
+    (project / "experiments" / "exp.yaml").write_text(EXP.replace("{epochs: 1}", "{epochs: 1, rdzv_id: 12345}")
+                                                      + "name: 2024\n")
+    code, _, err = run_cli(VALIDATE, capsys)
+    assert code == 0, err
+    cfg = load_experiment("experiments/exp.yaml", ["tracking.experiment=7"]).config
+    assert (cfg.trainer.rdzv_id, cfg.name, cfg.tracking.experiment) == ("12345", "2024", "7")
+
+
+def test_underscore_discards_several_outputs(project, capsys):
+    (project / "experiments" / "exp.yaml").write_text(EXP_MINE)
+    (project / "pipelines" / "mine.yaml").write_text(PIPE.replace(
+        "  - images = decoders.image(jpegs, output_type=RGB)\n",
+        "  - images = decoders.image(jpegs, output_type=RGB)\n  - _, _ = readers.file(file_root=$data_root)\n"))
+    code, _, err = run_cli([*VALIDATE, "pipelines.train.params.data_root=/d"], capsys)
+    assert code == 0, err
+
+
+def test_a_list_item_can_be_overridden(project):
+    from runner.config import load_experiment
+
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    assert load_experiment("experiments/exp.yaml", ["optimizer.betas[0]=0.95"]).config.optimizer.betas == (0.95, 0.999)
+
+
+def test_interpolation_in_an_override_resolves_with_the_config(project, capsys):
+    from runner.config import load_experiment
+
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    loaded = load_experiment("experiments/exp.yaml", ["tracking.run_name=${model.name}-run"])
+    assert loaded.config.tracking.run_name == "resnet18-run"
+    code, _, err = run_cli([*VALIDATE, "tracking.run_name=${nope}"], capsys)
+    assert (code, err) == (2, "error: command line 'tracking.run_name=${nope}': tracking.run_name: cannot resolve "
+                              "interpolation: Interpolation key 'nope' not found.\n")
+
+
+# ---- the data key behind a data error (for launch.ensure_data: see plan.scan_split) ----------------
+
+def test_scan_split_names_the_key_that_points_at_the_data(project):
+    from runner.errors import DataError
+    from runner.plan import scan_split
+    from runner.validate import validate
+
+    only_train(project)
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    v = validate("experiments/exp.yaml")
+    assert len(scan_split(v.loaded, "train")) == 4
+    with pytest.raises(DataError) as e:
+        scan_split(v.loaded, "eval")
+    assert str(e.value) == f"experiments/exp.yaml:3: data.eval_split: data/val: no such folder; data holds: train. {LAYOUT}"
+    v = validate("experiments/exp.yaml", ["data.root=nowhere"])
+    with pytest.raises(DataError) as e:
+        scan_split(v.loaded, "train")
+    assert str(e.value) == ("command line 'data.root=nowhere': data.root: nowhere/train: no such folder (nowhere "
+                            f"does not exist either). {LAYOUT}")
+
+
+# ---- files that decode: greyscale, CMYK, PNG, RGBA among the JPEGs --------------------------------
+
+def mixed_formats(p: Path) -> None:
+    rng = np.random.default_rng(0)
+    images(p / "data" / "train", classes=2, per_class=3)
+    images(p / "data" / "val")
+    Image.fromarray(rng.integers(0, 256, (30, 40), dtype=np.uint8), "L").save(p / "data/train/c0/grey.jpg")
+    Image.fromarray(rng.integers(0, 256, (30, 40, 4), dtype=np.uint8), "CMYK").save(p / "data/train/c0/cmyk.jpg")
+    Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(p / "data/train/c1/rgb.png")
+    Image.fromarray(rng.integers(0, 256, (30, 40, 4), dtype=np.uint8), "RGBA").save(p / "data/train/c1/rgba.png")
+    Image.fromarray(rng.integers(0, 256, (30, 40), dtype=np.uint8), "L").save(p / "data/val/c1/grey.png")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", ["dali", "torchvision"])
+def test_greyscale_cmyk_and_png_files_train(project, capsys, loader):
+    mixed_formats(project)
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    tv = ["data.torchvision.train=[RandomResizedCrop(32), ToTensor()]",
+          "data.torchvision.eval=[Resize(36), CenterCrop(32), ToTensor()]", "data.torchvision.num_workers=0"]
+    code, out, err = run_cli([*LAUNCH, f"data.loader={loader}", *(tv if loader == "torchvision" else [])], capsys)
+    assert code == 0, err
+    assert "epochs / steps" in out and "FINISHED" in out
+
+
+# ---- a file that does not decode, met during training -------------------------------------------
+
+@pytest.mark.slow
+def test_a_truncated_jpeg_is_named_listed_then_skipped(project, capsys):
+    """DALI stops on a JPEG cut in the middle of its data; the run names it, lists it, and the next run trains
+    without it (the skip list is the runner's: data.skip_bad_files)."""
+    images(project / "data" / "train", classes=2, per_class=3)
+    images(project / "data" / "val")
+    bad = project / "data" / "train" / "c0" / "001.jpg"
+    data = bad.read_bytes()
+    bad.write_bytes(data[:len(data) // 2])
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+
+    code, _, err = run_cli(LAUNCH, capsys)
+    assert (code, err) == (2, "error: data/train: the train pipeline failed to decode an image (Failed to decode "
+                              f"sample #1 : c0/001.jpg). 1 file(s) here do not decode: c0/001.jpg (truncated JPEG "
+                              f"(ends after {len(data) // 2} bytes)). They are now listed in "
+                              "data/train/.runner-bad-files.txt, so the next run leaves them out: run the same command "
+                              "again.\n")
+    code, out, err = run_cli(LAUNCH, capsys)
+    assert code == 0, err
+    assert "epochs / steps │ 1 / 2" in " ".join(out.split())  # 5 of 6 images left, batch 2
+
+
+def zero_bytes(p: Path) -> None:
+    (p / "data" / "train" / "c0" / "001.jpg").write_bytes(b"")
+
+
+def broken_link(p: Path) -> None:
+    os.symlink(p / "data" / "gone.jpg", p / "data" / "train" / "c0" / "zz.jpg")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage, why", [(zero_bytes, "c0/001.jpg (zero bytes)"),
+                                         (broken_link, "c0/zz.jpg (unreadable: broken symbolic link")],
+                         ids=["zero bytes", "broken link"])
+def test_a_file_the_reader_cannot_map_is_named(project, capsys, damage, why):
+    images(project / "data" / "train", classes=2, per_class=3)
+    images(project / "data" / "val")
+    damage(project)
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, _, err = run_cli(LAUNCH, capsys)
+    assert code == 2 and err.startswith("error: data/train: ") and why in err
+
+
+@pytest.mark.slow
+def test_a_truncated_jpeg_with_the_torchvision_loader_is_named(project, capsys):
+    images(project / "data" / "train", classes=2, per_class=3)
+    images(project / "data" / "val")
+    bad = project / "data" / "train" / "c0" / "001.jpg"
+    bad.write_bytes(bad.read_bytes()[:len(bad.read_bytes()) // 2])
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, _, err = run_cli([*LAUNCH, "data.loader=torchvision", "data.torchvision.num_workers=0",
+                            "data.torchvision.train=[RandomResizedCrop(32), ToTensor()]",
+                            "data.torchvision.eval=[Resize(36), CenterCrop(32), ToTensor()]"], capsys)
+    assert code == 2 and err.startswith("error: cannot decode data/train/c0/001.jpg (OSError: image file is "
+                                        "truncated") and err.count("\n") == 1
+
+
+# ---- a failure does not lose what was already written ---------------------------------------------
+
+@pytest.mark.parametrize("command", ["compile", "tune"])
+def test_a_config_error_leaves_the_output_file_alone(project, capsys, command):
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    (project / "out.txt").write_text("earlier results\n")
+    code, _, err = run_cli([command, "experiments/exp.yaml", "optimizer.lr=0", "-o", "out.txt"], capsys)
+    assert (code, err) == (2, "error: command line 'optimizer.lr=0': optimizer.lr: 0.0 is out of range; it must be "
+                              "greater than 0.\n")
+    assert (project / "out.txt").read_text() == "earlier results\n"
+
+
+def test_compile_into_a_folder_is_an_error(project, capsys):
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, _, err = run_cli(["compile", "experiments/exp.yaml", "-o", "experiments"], capsys)
+    assert (code, err) == (2, "error: command line: --output: experiments is a folder; name a file to write.\n")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_an_unreadable_class_folder(project, capsys):
+    images(project / "data" / "train")
+    images(project / "data" / "val")
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    (project / "data" / "train" / "c1").chmod(0)
+    try:
+        code, _, err = run_cli(LAUNCH, capsys)
+    finally:
+        (project / "data" / "train" / "c1").chmod(0o755)
+    assert (code, err) == (2, "error: data/train/c1: cannot list this folder (Permission denied).\n")
