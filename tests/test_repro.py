@@ -182,7 +182,7 @@ def test_reproduce_an_unknown_run(origin, elsewhere, capsys):
 @pytest.mark.slow
 def test_compare_shows_exactly_the_changed_params_and_draws_curves(origin, elsewhere, capsys):
     from runner.repro.compare import differing_params
-    from runner.repro.store import get_run
+    from runner.tracking.store import get_run
 
     code, _, err = run_cli(["reproduce", origin.run_id, "--uri", origin.uri, "optimizer.lr=0.05",
                             "trainer.max_steps=3"], capsys)
@@ -292,7 +292,7 @@ def test_snapshot_pins_the_logged_pipeline_and_drops_identity_tags(project, imag
 
     from runner.config import load_experiment
     from runner.repro.snapshot import inline_pipelines, write_snapshot
-    from runner.repro.store import get_run
+    from runner.tracking.store import get_run
 
     exp = project / "experiments" / "tiny.yaml"
     exp.write_text(TINY.format(root=image_dataset).replace(
@@ -337,7 +337,7 @@ def test_drift_lists_what_differs_from_the_runs_machine(tiny):
 
     from runner import runinfo
     from runner.repro.drift import machine_differences
-    from runner.repro.store import RunRecord
+    from runner.tracking.store import RunRecord
     from runner.telemetry import gpu_info
     from runner.validate import validate
 

@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.repro.store import store_uri
+    from runner.tracking.store import store_uri
 
     uri = store_uri(args.uri)
     runs = select_runs(args, uri)
@@ -31,7 +31,7 @@ def run(args) -> int:
 
 
 def select_runs(args, uri: str) -> list:
-    from runner.repro.store import find_runs, get_run
+    from runner.tracking.store import find_runs, get_run
 
     chosen = [bool(args.run_ids), args.experiment is not None, args.parent is not None]
     if sum(chosen) != 1:

@@ -30,7 +30,7 @@ def run(args) -> int:
     from runner.launch import ensure_data, launch
     from runner.repro.drift import data_differences, machine_differences
     from runner.repro.snapshot import write_snapshot
-    from runner.repro.store import get_run, store_uri
+    from runner.tracking.store import get_run, store_uri
 
     files, overrides = split_overrides(args.overrides)
     if files:
@@ -100,7 +100,7 @@ def print_differences(record, diffs) -> None:
 
 
 def _point_to_compare(record, v, uri: str) -> None:
-    from runner.repro.store import find_runs
+    from runner.tracking.store import find_runs
 
     if not v.config.tracking.enabled:
         return

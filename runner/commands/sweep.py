@@ -104,7 +104,7 @@ def _parent_run(v, path: str, plain: list[str], children):
 def _summary(uri: str, parent_id: str) -> None:
     from runner.commands.compare import show
     from runner.errors import RunnerError
-    from runner.repro.store import find_runs
+    from runner.tracking.store import find_runs
 
     try:
         runs = find_runs(uri, parent=parent_id, limit=1000)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.repro.snapshot import IDENTITY_TAGS
-from runner.repro.store import RunRecord, metric_history
+from runner.tracking.store import RunRecord, metric_history
 
 # params that say which run it is and where it was logged (its name, store, parent, what it reproduces),
 # not how it trains; `runner reproduce` logs to the original's store, so its tracking.uri may be set

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.repro.store import RunRecord
+from runner.tracking.store import RunRecord
 
 VERSION_LABELS = {"version.torch_cuda": "CUDA (torch build)", "version.dali": "DALI", "version.cudnn": "cuDNN",
                   "runner.python": "python"}

@@ -27,7 +27,7 @@ from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import find_pipeline, pipeline_search_path
 from runner.errors import ConfigError, RunnerError
 from runner.plan import BOUND_PARAMS
-from runner.repro.store import RunRecord, read_artifact
+from runner.tracking.store import RunRecord, read_artifact
 
 # tracking tags that say what a run *is* (a sweep child, a reproduction), not how it trains:
 # a re-run does not inherit them

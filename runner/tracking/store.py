@@ -1,19 +1,19 @@
-"""Runs read back from a tracking store: what reproduce, export, compare and sweep need.
+"""Runs read back from a tracking store: what resume, reproduce, export, compare and sweep need.
 
-tracking.py writes runs (and holds `open_store_run` for tests); this module reads them for the
-commands. Like tracking.py it imports mlflow lazily, inside the functions that talk to the store.
+mlflow is imported lazily, inside the functions that talk to the store.
 """
 from __future__ import annotations
 
 import functools
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from runner.errors import RunnerError, list_names
+from runner.tracking.uri import _client
 
 RUN_ID_LENGTH = 32
 F = TypeVar("F", bound=Callable[..., Any])
@@ -63,7 +63,7 @@ class RunRecord:
 def store_uri(value: str | None) -> str:
     """A command's --uri: a store URI, a folder (a file store), an .db file (sqlite), or unset (the store
     runner launch logs to: $MLFLOW_TRACKING_URI, else ./mlflow.db)."""
-    from runner.tracking import resolve_tracking_uri
+    from runner.tracking.uri import resolve_tracking_uri
 
     if value and "://" not in value and (value.endswith(".db") or Path(value).expanduser().is_file()):
         return f"sqlite:///{Path(value).expanduser().resolve()}"
@@ -82,7 +82,7 @@ def _local_store_path(uri: str) -> Path | None:
 @functools.lru_cache(maxsize=8)
 def client(uri: str) -> Any:
     """An MlflowClient for a store that exists; reading never creates an empty store by mistake."""
-    from runner.tracking import store_env
+    from runner.tracking.uri import store_env
 
     local = _local_store_path(uri)
     if local is not None and not local.exists():
@@ -181,3 +181,28 @@ def read_artifact(uri: str, run_id: str, path: str) -> str | None:
             return None
         file = Path(local)
         return file.read_text() if file.is_file() else None
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as a store holds it. metrics: key -> [(step, value)] in step order."""
+    run_id: str
+    status: str
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, list[tuple[int, float]]]
+    artifacts: tuple[str, ...]
+
+
+def open_store_run(uri: str, run_id: str) -> StoredRun:
+    """Read a run back from a store: params, tags, full metric histories, artifact file paths."""
+    client = _client(uri)
+    run = client.get_run(run_id)
+    history = {k: sorted((m.step, m.value) for m in client.get_metric_history(run_id, k)) for k in run.data.metrics}
+
+    def files(path: str | None) -> Iterator[str]:
+        for info in client.list_artifacts(run_id, path):
+            yield from files(info.path) if info.is_dir else [info.path]
+
+    return StoredRun(run_id=run_id, status=run.info.status, params=dict(run.data.params),
+                     tags=dict(run.data.tags), metrics=history, artifacts=tuple(sorted(files(None))))

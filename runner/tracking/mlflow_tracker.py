@@ -1,9 +1,8 @@
-"""Experiment tracking: the Tracker protocol, an MLflow tracker that never stalls training, a null one.
+"""An MLflow tracker that never stalls or fails training.
 
-The only module that imports mlflow (lazily, so `import runner.tracking` stays cheap). The MLflow
-tracker queues everything in memory and a background thread delivers it in batches; while the
-store does not answer, training goes on and the queue waits. Whatever is still undelivered at
-`finish()` goes to an offline bundle directory that `runner tracking sync` replays later.
+It queues everything in memory and a background thread delivers it in batches; while the store
+does not answer, training goes on and the queue waits. Whatever is still undelivered at `finish()`
+goes to an offline bundle directory that `runner tracking sync` replays later.
 """
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import socket
 import sys
@@ -23,193 +21,17 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from runner.errors import ConfigError, RunnerError, closest
+from runner.errors import RunnerError
 
-if TYPE_CHECKING:
-    from runner.config.sections import TrackingConfig
+from runner.tracking.base import FinishResult, _shown, sync_command
+from runner.tracking.uri import (BATCH_METRICS, BATCH_PARAMS, MAX_TAG_VAL_LENGTH, OFFLINE_DIR, STATUSES, _client,
+                                 _truncate, flatten, store_env)
 
-log = logging.getLogger(__name__)
-
-STATUSES = ("FINISHED", "FAILED", "KILLED")
-OFFLINE_DIR = Path("mlflow-offline")
-SYNCED_MARKER = "synced.json"
-MAX_PARAM_VAL_LENGTH = 6000   # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
-MAX_TAG_VAL_LENGTH = 8000     # mlflow.utils.validation.MAX_TAG_VAL_LENGTH
-BATCH_METRICS, BATCH_PARAMS = 1000, 100  # log_batch's limits per request (entities, params/tags)
-
-# ------------------------------------------------------------------------------------- store URI
-
-_VALID_FORMS = ("http(s)://host[:port][/path] (a tracking server), sqlite:///path/to/mlflow.db (sqlite:////abs/"
-                "path.db for an absolute path), file:///path/to/dir or a plain directory path (a file store), "
-                "postgresql://, mysql:// or mssql:// database URLs, or databricks[://profile]")
-_URI_FORMS = [re.compile(p) for p in (
-    r"https?://(\[[0-9a-fA-F:.]+\]|[^/\s:@\[\]]+)(:\d{1,5})?(/\S*)?", r"sqlite:///\S+", r"file:///\S*",
-    r"(postgresql|mysql|mssql)(\+\w+)?://\S+", r"databricks(-uc)?(://\S*)?")]
-_SCHEMES = ("http", "https", "sqlite", "file", "databricks", "postgresql", "mysql", "mssql")
-
-
-def _suggest(value: str) -> str | None:
-    """A likely intended URI for a malformed one."""
-    if "://" in value:
-        scheme, rest = value.split("://", 1)
-        match = closest(scheme.lower(), _SCHEMES)
-        if match in ("sqlite", "file") and rest and not rest.startswith("/"):
-            return f"{match}:///{rest}"
-        return f"{match}://{rest}" if match and match != scheme and rest else None
-    m = re.match(r"(https?|sqlite|file)(:/?|//)(?!/)(.+)", value)
-    if m:
-        return f"{m[1]}:///{m[3]}" if m[1] in ("sqlite", "file") else f"{m[1]}://{m[3]}"
-    return None
-
-
-def resolve_tracking_uri(uri: str | None, where: dict | None = None) -> str:
-    """tracking.uri, else $MLFLOW_TRACKING_URI, else ./mlflow.db (MLflow 3's default store), checked.
-
-    `where` (file=..., line=...) locates tracking.uri for the error message. A plain directory
-    becomes a file:// URI.
-    """
-    label: dict[str, Any] = {"where": "tracking.uri", **(where or {})}
-    if not uri:
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or None
-        label = {"where": "$MLFLOW_TRACKING_URI"}
-    if not uri:
-        return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
-    uri = uri.strip()
-    if any(p.fullmatch(uri) for p in _URI_FORMS):
-        return uri
-    looks_like_url = ":" in uri or re.match(r"({})/".format("|".join(_SCHEMES)), uri, re.IGNORECASE)
-    if uri and not looks_like_url:
-        return Path(uri).expanduser().resolve().as_uri()
-    hint = _suggest(uri)
-    raise ConfigError(f"'{uri}' is not a tracking store URI. Use {_VALID_FORMS}."
-                      + (f" Did you mean '{hint}'?" if hint else ""), **label)
-
-
-def _is_file_store(uri: str) -> bool:
-    return uri.startswith("file:")
-
-
-def store_env(uri: str) -> None:
-    """Environment MLflow needs for this store. MLflow 3.17 refuses file stores unless opted in."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    if _is_file_store(uri):
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-
-
-def server_command(uri: str, host: str, port: int) -> list[str]:
-    """argv serving the MLflow UI (and REST API) on a local store."""
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
-
-
-def _client(uri: str) -> Any:
-    store_env(uri)
-    from mlflow import MlflowClient
-    return MlflowClient(tracking_uri=uri)
-
-
-# ---------------------------------------------------------------------------------------- params
-
-def _truncate(value: str, limit: int) -> str:
-    return value if len(value) <= limit else value[: limit - 3] + "..."
-
-
-def _plain(value: Any) -> Any:
-    """Mappings and sequences (OmegaConf's too) as dicts and lists, for JSON."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}; lists as JSON; values cut to MLflow's limit."""
-    out: dict[str, str] = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, name + "."))
-        elif isinstance(value, (Sequence, Mapping)) and not isinstance(value, (str, bytes)):
-            out[name] = _truncate(json.dumps(_plain(value), default=str), MAX_PARAM_VAL_LENGTH)
-        else:
-            out[name] = _truncate(str(value), MAX_PARAM_VAL_LENGTH)
-    return out
-
-
-# -------------------------------------------------------------------------------------- trackers
-
-@dataclass(frozen=True)
-class FinishResult:
-    """How a run ended: delivered to the store, or kept in an offline bundle to sync later."""
-    run_id: str | None
-    status: str
-    delivered: bool
-    bundle: Path | None = None
-    sync_command: str | None = None
-    dropped: int = 0  # entries the store rejected or a full buffer could not keep
-    uri: str | None = None
-
-    @property
-    def message(self) -> str:
-        """One line for the run summary ("" when nothing was tracked)."""
-        if self.run_id is None:
-            return ""
-        if self.delivered:
-            return f"run {self.run_id} at {self.uri} (runner ui to browse)"
-        return f"{self.uri} did not answer; run kept in {_shown(self.bundle)}. Deliver it with: {self.sync_command}"
-
-
-class Tracker(Protocol):
-    run_id: str | None
-
-    def start(self, params: Mapping[str, Any]) -> str | None: ...
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
-    def log_text(self, text: str, file_name: str) -> None: ...
-    def set_tags(self, tags: Mapping[str, Any]) -> None: ...
-    def finish(self, status: str = "FINISHED", timeout_s: float = 30.0) -> FinishResult: ...
-
-
-class NullTracker:
-    """Tracks nothing: DDP ranks other than 0, or tracking.enabled: false."""
-    run_id: str | None = None
-
-    def start(self, params: Mapping[str, Any]) -> str | None:
-        return None
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        pass
-
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        pass
-
-    def log_text(self, text: str, file_name: str) -> None:
-        pass
-
-    def set_tags(self, tags: Mapping[str, Any]) -> None:
-        pass
-
-    def finish(self, status: str = "FINISHED", timeout_s: float = 30.0) -> FinishResult:
-        return FinishResult(run_id=None, status=status, delivered=True)
-
-
-def create_tracker(cfg: TrackingConfig, *, rank: int, resume_run_id: str | None = None,
-                   where: dict | None = None) -> Tracker:
-    """The tracker for this process: MLflow on rank 0 when enabled, a NullTracker otherwise.
-
-    The URI is checked on every rank, so a bad one fails everywhere before any work starts.
-    """
-    if not cfg.enabled:
-        return NullTracker()
-    uri = resolve_tracking_uri(cfg.uri, where=where)
-    if rank != 0:
-        return NullTracker()
-    return MlflowTracker(uri, cfg.experiment, run_name=cfg.run_name, tags=cfg.tags, resume_run_id=resume_run_id)
+log = logging.getLogger("runner.tracking")
 
 
 class _Outage(Exception):
@@ -588,129 +410,3 @@ def _free_path(path: Path) -> Path:
         if not candidate.exists():
             return candidate
     raise AssertionError("unreachable")
-
-
-def sync_command(bundle: Path, uri: str) -> str:
-    """The command that delivers `bundle` to `uri`."""
-    return f"runner tracking sync {shlex.quote(_shown(bundle))} --uri {shlex.quote(uri)}"
-
-
-def _shown(path: Path) -> str:
-    try:
-        return "./" + str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-# -------------------------------------------------------------------------------- bundles & store
-
-@dataclass(frozen=True)
-class Bundle:
-    """An offline bundle on disk (the metadata from its run.json)."""
-    path: Path
-    meta: dict[str, Any]
-    synced: bool
-
-
-def load_bundle(path: str | Path) -> Bundle:
-    path = Path(path)
-    try:
-        meta = json.loads((path / "run.json").read_text())
-    except (OSError, ValueError) as e:
-        raise RunnerError(f"{path}: not an offline tracking bundle (no readable run.json: {e}).") from e
-    return Bundle(path=path, meta=meta, synced=(path / SYNCED_MARKER).exists())
-
-
-def list_bundles(root: str | Path = OFFLINE_DIR) -> list[Bundle]:
-    """The bundles under `root` not yet synced, oldest first."""
-    root = Path(root)
-    found = [load_bundle(p) for p in sorted(root.iterdir()) if (p / "run.json").is_file()] if root.is_dir() else []
-    return sorted((b for b in found if not b.synced), key=lambda b: b.meta.get("start_time", 0))
-
-
-def _chunks(items: list, n: int) -> Iterator[list]:
-    for i in range(0, len(items), n):
-        yield items[i:i + n]
-
-
-def _existing_run(client: Any, run_id: str | None) -> str | None:
-    from mlflow.exceptions import MlflowException
-    if not run_id or run_id.startswith("local-"):
-        return None
-    try:
-        return client.get_run(run_id).info.run_id
-    except MlflowException as e:
-        if e.get_http_status_code() == 404:
-            return None
-        raise
-
-
-def _replay(client: Any, bundle: Bundle) -> str:
-    from mlflow.entities import Metric, Param, RunTag
-    meta = bundle.meta
-    run_id = _existing_run(client, meta.get("run_id"))
-    if run_id is None:
-        exp_id = _experiment_id(client, meta["experiment"], bundle.meta["uri"])
-        run_id = client.create_run(exp_id, start_time=meta["start_time"], run_name=meta["run_name"],
-                                   tags={"runner.offline_bundle": bundle.path.name}).info.run_id
-    for chunk in _chunks([Param(k, v) for k, v in meta["params"].items()], BATCH_PARAMS):
-        client.log_batch(run_id, params=chunk, synchronous=True)
-    for chunk in _chunks([RunTag(k, v) for k, v in meta["tags"].items()], BATCH_PARAMS):
-        client.log_batch(run_id, tags=chunk, synchronous=True)
-    with open(bundle.path / "metrics.jsonl") as f:
-        metrics = [Metric(*json.loads(line)) for line in f if line.strip()]
-    for chunk in _chunks(metrics, BATCH_METRICS):
-        client.log_batch(run_id, metrics=chunk, synchronous=True)
-    root = bundle.path / "artifacts"
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        parent = file.parent.relative_to(root).as_posix()
-        client.log_artifact(run_id, str(file), None if parent == "." else parent)
-    client.set_terminated(run_id, meta["status"], meta["end_time"] or None)
-    return run_id
-
-
-def sync_offline(bundle_dir: str | Path, uri: str | None = None) -> str:
-    """Replay an offline bundle into a store (default: the one it was meant for); returns the run id.
-
-    Continues the bundle's run where it exists in that store, creates it otherwise, then marks
-    the bundle synced.
-    """
-    bundle = load_bundle(bundle_dir)
-    if bundle.synced:
-        done = json.loads((bundle.path / SYNCED_MARKER).read_text())
-        raise RunnerError(f"{bundle.path}: already synced (run {done['run_id']} at {done['uri']}).")
-    uri = uri or bundle.meta["uri"]
-    try:
-        run_id = _replay(_client(uri), bundle)
-    except RunnerError:
-        raise
-    except Exception as e:
-        raise RunnerError(f"{bundle.path}: could not sync to {uri}: {_short(e)} Nothing is lost: the bundle "
-                          "stays; run the command again when the store answers.") from e
-    (bundle.path / SYNCED_MARKER).write_text(json.dumps({"run_id": run_id, "uri": uri, "time": _now_ms()}))
-    return run_id
-
-
-@dataclass(frozen=True)
-class StoredRun:
-    """A run as a store holds it. metrics: key -> [(step, value)] in step order."""
-    run_id: str
-    status: str
-    params: dict[str, str]
-    tags: dict[str, str]
-    metrics: dict[str, list[tuple[int, float]]]
-    artifacts: tuple[str, ...]
-
-
-def open_store_run(uri: str, run_id: str) -> StoredRun:
-    """Read a run back from a store: params, tags, full metric histories, artifact file paths."""
-    client = _client(uri)
-    run = client.get_run(run_id)
-    history = {k: sorted((m.step, m.value) for m in client.get_metric_history(run_id, k)) for k in run.data.metrics}
-
-    def files(path: str | None) -> Iterator[str]:
-        for info in client.list_artifacts(run_id, path):
-            yield from files(info.path) if info.is_dir else [info.path]
-
-    return StoredRun(run_id=run_id, status=run.info.status, params=dict(run.data.params),
-                     tags=dict(run.data.tags), metrics=history, artifacts=tuple(sorted(files(None))))
