@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageOps
 
-from runner.data.pool import Progress, map_in_pool
+from runner.data.pool import Progress, map_in_pool, process_alive
 from runner.data.scan import (DALI_DECODES, DEFAULT_SKIP_LIST, READER_CASE_SENSITIVE, FileIssue, _decode,
                               _decoder_setup, reader_reads, scan_image_folder)
 from runner.errors import DataError, display_path
@@ -250,21 +250,11 @@ def _stale_files(folder: Path, rel: str, cached: set[str]) -> list[str]:
     for entry in os.scandir(folder):
         name = entry.name if READER_CASE_SENSITIVE else entry.name.lower()
         temp = _TEMP.fullmatch(entry.name)
-        if temp and not _process_alive(int(temp.group(2))):
+        if temp and not process_alive(int(temp.group(2))):
             Path(entry.path).unlink(missing_ok=True)
         elif name.endswith(SUFFIX) and f"{rel}/{entry.name}" not in cached:
             stale.append(f"{rel}/{entry.name}")
     return sorted(stale, key=os.fsencode)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---- one image (in a pool worker) ----------------------------------------------------------------

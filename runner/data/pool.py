@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -14,6 +15,17 @@ R = TypeVar("R")
 
 # progress(done, total): called in the calling process, first with done=0
 Progress = Callable[[int, int], None]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process (e.g. the writer of a temporary folder) still runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, but another user's
+        return True
+    return True
 
 
 def resolve_workers(workers: int | None) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from runner.data.pool import Progress, map_in_pool
+from runner.data.pool import Progress, map_in_pool, process_alive
 from runner.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -154,19 +154,9 @@ def _remove_stale_temporaries(root: Path) -> None:
     prefix = f".{root.name}.tmp-{socket.gethostname()}-"
     for path in root.parent.glob(f"{prefix}*"):
         pid = path.name[len(prefix):]
-        if pid.isdigit() and not _process_alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             log.info("removing %s, left by an interrupted generation", path)
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _move_into_place(tmp: Path, root: Path, settings: dict, summary: SynthSummary) -> SynthSummary:
