@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from runner.data.cache import MARKER, build_cache, cached_size, read_cache_marker
+from runner.data.cache import build_cache, cached_size, read_cache_marker
 from runner.data.scan import DEFAULT_SKIP_LIST, _decode, read_skip_list, scan_image_folder
 from runner.errors import DataError
 from tests.conftest import run_cli

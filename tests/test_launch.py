@@ -1,5 +1,4 @@
 """`runner launch` end to end on the CPU: real DALI, real torch, a real MLflow store, real gloo DDP."""
-import textwrap
 
 import pytest
 from mlflow import MlflowClient

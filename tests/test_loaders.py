@@ -6,7 +6,6 @@ import torch
 
 from runner.dist import Dist
 from runner.loaders import create_loader
-from runner.plan import Target
 from runner.validate import validate
 
 # a pipeline whose "images" are the file paths, so tests can see which samples each rank read

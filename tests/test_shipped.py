@@ -1,5 +1,4 @@
 """Everything we ship is valid: experiments, pipelines, registry entries, the DSL's operator table."""
-from pathlib import Path
 
 import pytest
 
