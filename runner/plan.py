@@ -65,13 +65,15 @@ def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
     return dataclasses.replace(source, params=params)
 
 
-def checked_pipelines(loaded: LoadedExperiment, target: Target) -> dict:
-    """role -> CheckedGraph for every pipeline of the experiment."""
+def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str, ...] | None = None) -> dict:
+    """role -> CheckedGraph for the experiment's pipelines (all of them, or `roles`)."""
     from runner.dsl.check import check_graph
     from runner.dsl.parse import parse_pipeline
 
     graphs = {}
     for role, source in loaded.pipelines.items():
+        if roles is not None and role not in roles:
+            continue
         graph = parse_pipeline(bind_params(source, loaded.config.data))
         place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes

@@ -46,7 +46,7 @@ class DaliLoader:
 
         from runner.dsl.compile import build_pipeline
 
-        graphs = checked_pipelines(v.loaded, target)
+        graphs = checked_pipelines(v.loaded, target, roles=(role,))
         if role not in graphs:
             return None
         graph = graphs[role]
