@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from runner import console
-from runner.errors import ConfigError, DataError
+from runner.errors import DataError
 from runner.machine import cpu_cores
 from runner.plan import split_dir, synth_dir
 
@@ -27,7 +27,7 @@ def ensure_data(v, *, quiet: bool = False) -> None:
     if cfg.loader == "synthetic":
         return
     if cfg.root is None:
-        from runner.commands.data import progress_bar
+        from runner.progress import progress_bar
         from runner.data.synth import generate_synthetic
 
         root, s = synth_dir(cfg.synth), cfg.synth
@@ -51,10 +51,7 @@ def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str]) ->
     """torchrun's own command line: our node layout and rendezvous, then `-m runner launch ...`."""
     tc = v.config.trainer
     args = [f"--nproc-per-node={v.processes}", f"--nnodes={tc.nnodes}", f"--max-restarts={tc.max_restarts}"]
-    if tc.nnodes > 1:
-        if not tc.rdzv_endpoint:
-            raise ConfigError("trainer.nnodes > 1 needs trainer.rdzv_endpoint=HOST:PORT (node 0's address).",
-                              **v.loaded.where("trainer.rdzv_endpoint"))
+    if tc.nnodes > 1:  # config.load checked that rdzv_endpoint is set
         args += [f"--node-rank={tc.node_rank}", f"--rdzv-backend={tc.rdzv_backend}",
                  f"--rdzv-endpoint={tc.rdzv_endpoint}", f"--rdzv-id={tc.rdzv_id}"]
     else:

@@ -121,6 +121,11 @@ def dali_threads(data: DataConfig, target: Target) -> int:
     return max(1, int(cpu_cores() / max(1, target.local_world) * 0.75))
 
 
+def dali_seed(seed: int, rank: int, role: str) -> int:
+    """A pipeline's seed: ranks draw different augmentations; readers get the shared seed (see dsl.check)."""
+    return seed + 1000 * rank + (0 if role == "train" else 17)
+
+
 def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkpointing: bool = False):
     from runner.dsl.compile import PipelineArgs
 
@@ -128,7 +133,6 @@ def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkp
     batch = data.batch_size if role == "train" else (data.eval_batch_size or data.batch_size)
     return PipelineArgs(batch_size=batch, num_threads=dali_threads(data, target),
                         device_id=target.local_rank if target.accelerator == "gpu" else None,
-                        # ranks draw different augmentations; readers get the shared seed (see dsl.check)
-                        seed=loaded.config.seed + 1000 * target.rank + (0 if role == "train" else 17),
+                        seed=dali_seed(loaded.config.seed, target.rank, role),
                         prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing,
                         cuda_stream_priority=data.cuda_stream_priority if target.accelerator == "gpu" else None)

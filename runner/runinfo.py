@@ -73,6 +73,8 @@ def run_tags(v, world: int) -> dict[str, str]:
 
 def seeds(cfg, world: int) -> dict[str, Any]:
     """Every seed a run uses (see plan.pipeline_args and dsl.check for where they go)."""
+    from runner.plan import dali_seed
+
     return {"seed.torch": cfg.seed, "seed.reader_shuffle": cfg.seed,
-            "seed.dali_train": [cfg.seed + 1000 * r for r in range(world)],
-            "seed.dali_eval": [cfg.seed + 1000 * r + 17 for r in range(world)]}
+            "seed.dali_train": [dali_seed(cfg.seed, r, "train") for r in range(world)],
+            "seed.dali_eval": [dali_seed(cfg.seed, r, "eval") for r in range(world)]}

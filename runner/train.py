@@ -59,6 +59,12 @@ class StopRequest:
             signal.signal(sig, handler)
 
 
+def autocast_args(precision: str, device: torch.device) -> dict[str, Any]:
+    """torch.autocast's arguments for trainer.precision (fp32: autocast off)."""
+    return {"device_type": device.type, "dtype": AMP_DTYPES.get(precision, torch.float32),
+            "enabled": precision in AMP_DTYPES}
+
+
 def configure_torch(cfg, d: Dist) -> None:
     """Seeds and numerics: deterministic when asked, fast (cuDNN autotune, TF32) otherwise."""
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
@@ -127,8 +133,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     if tc.compile:
         net = torch.compile(net)
     criterion = nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)
-    amp = {"device_type": d.device.type, "dtype": AMP_DTYPES.get(tc.precision, torch.float32),
-           "enabled": tc.precision in AMP_DTYPES}
+    amp = autocast_args(tc.precision, d.device)
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
     meter, cpu = LoaderMeter(), CpuSampler()
@@ -190,7 +195,8 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                 last_of_epoch = batch == steps_per_epoch or step == total_steps
                 if step % tc.log_every_n_steps == 0 or last_of_epoch or stopping:
                     window = meter.window()
-                    totals = all_sum([loss_sum.item(), correct.item(), batches_in_window, seen_in_window,
+                    loss_total, correct_total = torch.stack([loss_sum.float(), correct.float()]).tolist()  # one sync
+                    totals = all_sum([loss_total, correct_total, batches_in_window, seen_in_window,
                                       window.images_per_s, window.data_wait_share,
                                       1.0 if stop.signal is not None else 0.0], d).tolist()
                     metrics = {"train/loss": totals[0] / max(totals[2], 1), "train/top1": totals[1] / max(totals[3], 1),
@@ -220,12 +226,12 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             epoch_window = meter.epoch()
             epoch += 1
             start_batch = 0
-            epoch_metrics = {"epoch/images_per_s": all_sum([epoch_window.images_per_s], d).item(),
-                             "epoch/data_wait_share": all_sum([epoch_window.data_wait_share], d).item() / d.world}
+            images_per_s, wait = all_sum([epoch_window.images_per_s, epoch_window.data_wait_share], d).tolist()
+            epoch_metrics = {"epoch/images_per_s": images_per_s, "epoch/data_wait_share": wait / d.world}
             if gpu_utils:
                 epoch_metrics["epoch/gpu_util_pct"] = sum(gpu_utils) / len(gpu_utils)
             last = epoch == tc.epochs or step >= total_steps
-            if eval_loader is not None and tc.eval_every_n_epochs and (epoch % tc.eval_every_n_epochs == 0 or last):
+            if eval_loader is not None and (epoch % tc.eval_every_n_epochs == 0 or last):  # None when every_n is 0
                 epoch_metrics.update(evaluate(net, eval_loader, criterion, d, amp, tc.channels_last))
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)

@@ -99,7 +99,7 @@ def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     from runner.loaders import create_loader
     from runner.models import create_model
     from runner.optim import create_optimizer
-    from runner.train import AMP_DTYPES, configure_torch
+    from runner.train import autocast_args, configure_torch
 
     cfg, tc = v.config, v.config.trainer
     configure_torch(cfg, d)
@@ -109,8 +109,7 @@ def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     opt = create_optimizer(model, cfg.optimizer, cfg.data.batch_size)
     net = torch.compile(model) if tc.compile else model
     crit = nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)
-    amp = {"device_type": d.device.type, "dtype": AMP_DTYPES.get(tc.precision, torch.float32),
-           "enabled": tc.precision in AMP_DTYPES}
+    amp = autocast_args(tc.precision, d.device)
     batches = _batches(create_loader(v, "train", d))
     wait = 0.0
 

@@ -92,7 +92,7 @@ def run(args) -> int:
 
 
 def _ensure_cache(v, dst: Path) -> None:
-    from runner.commands.data import progress_bar
+    from runner.progress import progress_bar
     from runner.data.cache import build_cache
     from runner.plan import data_root
 

@@ -3,14 +3,14 @@ print what a run would train on, decode a dataset once into a cache of arrays.""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from runner import console
+from runner.progress import progress_bar
 from runner.config.sections import SynthConfig
 from runner.data.scan import DEFAULT_SKIP_LIST
 from runner.errors import DataError, display_path
@@ -74,37 +74,6 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
-
-
-@contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress(done, total) callable: a rich bar on a terminal, a plain line per 10% otherwise."""
-    if console.interactive():
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=console.out) as bar:
-            task = None
-
-            def update(done: int, total: int) -> None:
-                nonlocal task
-                if task is None:  # created on first use: nothing shows when there is no work
-                    task = bar.add_task(description, total=total)
-                bar.update(task, completed=done, total=total)
-
-            yield update
-        return
-    printed = -1
-
-    def line(done: int, total: int) -> None:
-        nonlocal printed
-        tenth = 10 * done // max(1, total)
-        if tenth > printed:
-            printed = tenth
-            console.out.print(f"{description}: {done}/{total}")
-
-    yield line
 
 
 def run_synth(args) -> int:

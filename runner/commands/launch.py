@@ -31,7 +31,7 @@ def _pct(x) -> str:
     return "" if x is None else f"{100 * x:.1f}%"
 
 
-def print_summary(v, result, finished=None) -> None:
+def print_summary(v, result, finished) -> None:
     """The final table: what was trained, how fast, how well, and where it was recorded."""
     m = result.metrics
     rows = [
@@ -49,11 +49,7 @@ def print_summary(v, result, finished=None) -> None:
                  ["eval loss", f"{m['eval/loss']:.4f}"]]
     if result.checkpoint:
         rows.append(["checkpoint", str(result.checkpoint)])
-    if finished is not None and getattr(finished, "message", None):
+    if finished.message:  # empty when tracking is off
         rows.append(["tracking", finished.message])
-    elif v.config.tracking.enabled:
-        from runner.tracking import resolve_tracking_uri
-
-        rows.append(["tracking", f"{resolve_tracking_uri(v.config.tracking.uri)} (runner ui to browse)"])
     console.out.print(console.table(f"{v.config.name or v.loaded.path.stem}: summary", ["", ""], rows,
                                     justify_numbers=False))

@@ -15,7 +15,6 @@ import torch
 class Loader(Protocol):
     role: str                    # train | eval
     steps_per_epoch: int         # batches one epoch yields on this rank
-    samples_per_epoch: int       # samples one epoch yields on this rank
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch's batches, from `start_batch` (after a resume)."""

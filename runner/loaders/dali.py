@@ -18,11 +18,11 @@ from runner.plan import Target, checked_pipelines, pipeline_args, split_dir
 
 
 class DaliLoader:
-    def __init__(self, iterator, role: str, reader_name: str, batch: int, target: Target, device: torch.device,
+    def __init__(self, iterator, role: str, total: int, batch: int, target: Target, device: torch.device,
                  folder=None):
+        """`total`: the samples the reader lists, over all shards (its epoch_size)."""
         self.it, self.role, self.device, self.folder = iterator, role, device, folder
-        meta = iterator._pipes[0].reader_meta(reader_name)
-        total, world, rank = meta["epoch_size"], target.world, target.rank
+        world, rank = target.world, target.rank
         if total == 0:
             raise DataError(f"the {role} pipeline's reader found no files.")
         # DALI's shard r holds samples [floor(N*r/W), floor(N*(r+1)/W)): sizes differ by at most one
@@ -33,11 +33,8 @@ class DaliLoader:
             if self.steps_per_epoch == 0:
                 raise DataError(f"the training set has {total} samples: fewer than one batch of {batch} per "
                                 f"process ({world} processes). Lower data.batch_size or add data.")
-            self.samples_per_epoch = self.steps_per_epoch * batch
         else:
             self.steps_per_epoch = -(-own // batch)
-            self.samples_per_epoch = own
-        self.total_samples = total
 
     @classmethod
     def create(cls, v, role: str, target: Target, device: torch.device, *, state: Any = None,
@@ -60,7 +57,8 @@ class DaliLoader:
                                            last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
         except RuntimeError as e:
             raise_for_decode(e, role, folder)
-        return cls(iterator, role, graph.reader_name, args.batch_size, target, device, folder=folder)
+        total = pipe.reader_meta(graph.reader_name)["epoch_size"]
+        return cls(iterator, role, total, args.batch_size, target, device, folder=folder)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:

@@ -67,7 +67,6 @@ class FolderLoader:
                  device: torch.device):
         self.dataset, self.sampler, self.loader, self.role, self.device = dataset, sampler, loader, role, device
         self.steps_per_epoch = -(-sampler.length // batch)
-        self.samples_per_epoch = sampler.length
         self.batch = batch
         self._epoch = 0
 

@@ -12,7 +12,6 @@ class SyntheticLoader:
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, steps: int, role: str):
         self.images, self.labels, self.role = images, labels, role
         self.steps_per_epoch = steps
-        self.samples_per_epoch = steps * images.shape[0]
 
     @classmethod
     def create(cls, v, role: str, target: Target, device: torch.device) -> "SyntheticLoader":
