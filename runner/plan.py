@@ -65,31 +65,84 @@ def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
     return dataclasses.replace(source, params=params)
 
 
+HYBRID = "train.hybrid"  # the graphs key of the train pipeline's copy (pipelines.train.hybrid)
+
+
 def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str, ...] | None = None) -> dict:
-    """role -> CheckedGraph for the experiment's pipelines (all of them, or `roles`)."""
+    """role -> CheckedGraph for the experiment's pipelines (all of them, or `roles`); a hybrid train pipeline
+    adds its copy under HYBRID."""
     from runner.dsl.check import check_graph
     from runner.dsl.parse import parse_pipeline
 
     graphs = {}
+    place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
     for role, source in loaded.pipelines.items():
         if roles is not None and role not in roles:
             continue
         graph = parse_pipeline(bind_params(source, loaded.config.data))
-        place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
-        checked = check_graph(graph, target="gpu", **place)
-        files = skip_file_list(loaded, role, checked)
-        if target.accelerator == "cpu" or files:
-            checked = check_graph(graph, target=target.accelerator, file_list=files, **place)
-        if len(checked.outputs) != 2:
-            raise ConfigError(f"the {role} pipeline returns {len(checked.outputs)} stream(s); the trainer takes two: "
-                              "images (float, CHW) and labels, as in `outputs: [images, labels]`.",
-                              file=graph.file, line=graph.outputs_line, where="outputs")
-        if checked.reader_name is None:
-            raise ConfigError(f"the {role} pipeline has no reader (readers.file, readers.numpy, ...); an epoch is "
-                              "defined by its reader.", file=graph.file, where=f"{role} pipeline")
-        graphs[role] = checked
+        checked = _check_shape(check_graph(graph, target="gpu", **place), role)
+        if source.hybrid is None:
+            files = skip_file_list(loaded, role, checked)
+            if target.accelerator == "cpu" or files:
+                checked = check_graph(graph, target=target.accelerator, file_list=files, **place)
+            graphs[role] = checked
+            continue
+        copy = parse_pipeline(bind_params(source.hybrid.copy_of(source), loaded.config.data))
+        _check_shape(check_graph(copy, target="gpu", **place), role)
+        base_list, copy_list = hybrid_file_lists(loaded, checked)
+        graphs[role] = check_graph(graph, target=target.accelerator, file_list=base_list, **place)
+        graphs[HYBRID] = check_graph(copy, target=target.accelerator, file_list=copy_list, **place)
     return graphs
+
+
+def _check_shape(checked, role: str):
+    graph = checked.graph
+    if len(checked.outputs) != 2:
+        raise ConfigError(f"the {role} pipeline returns {len(checked.outputs)} stream(s); the trainer takes two: "
+                          "images (float, CHW) and labels, as in `outputs: [images, labels]`.",
+                          file=graph.file, line=graph.outputs_line, where="outputs")
+    if checked.reader_name is None:
+        raise ConfigError(f"the {role} pipeline has no reader (readers.file, readers.numpy, ...); an epoch is "
+                          "defined by its reader.", file=graph.file, where=f"{role} pipeline")
+    return checked
+
+
+def hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
+    """(base, copy): how many images of each training batch each copy of a hybrid train pipeline makes."""
+    batch, share = loaded.config.data.batch_size, loaded.pipelines["train"].hybrid.share
+    copy = round(batch * share)
+    if not 0 < copy < batch:
+        raise ConfigError(f"{share:g} of a batch of {batch} (data.batch_size) is {copy} image(s), so one copy of the "
+                          f"pipeline would make none; choose a share between {1 / batch:.3g} and {1 - 1 / batch:.3g}.",
+                          **loaded.where("pipelines.train.hybrid.share"))
+    return batch - copy, copy
+
+
+def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str | None]:
+    """The split's files dealt at random (the experiment's seed) between the two copies, in proportion to their
+    part of each batch, as two reader file lists; (None, None) while the split does not exist yet."""
+    import random
+
+    from runner.data.skips import readable_files, write_file_list
+
+    reader = graph.steps[0].node if graph.steps else None
+    given = dict(reader.kwargs) if reader is not None else {}
+    if reader is None or reader.op.name != "readers.file" or "file_root" not in given or "file_list" in given \
+            or "files" in given:
+        raise ConfigError("a hybrid pipeline deals the split's files between its two copies, so its reader must be "
+                          "readers.file(file_root=...) without file_list or files.",
+                          **loaded.where("pipelines.train.hybrid"))
+    base, copy = hybrid_batches(loaded)
+    folder = split_dir(loaded.config.data, "train")
+    if not folder.is_dir():
+        return None, None
+    files = readable_files(folder, reader_suffixes(graph), keep_skipped=not loaded.config.data.skip_bad_files)
+    order = list(range(len(files)))
+    random.Random(loaded.config.seed).shuffle(order)
+    cut = round(len(files) * base / (base + copy))
+    parts = (sorted(order[:cut]), sorted(order[cut:]))
+    return tuple(str(write_file_list(folder, [files[i] for i in part], tag)) for part, tag in zip(parts, ("a", "b")))
 
 
 def reader_suffixes(graph) -> tuple[str, ...]:
@@ -123,15 +176,22 @@ def dali_threads(data: DataConfig, target: Target) -> int:
 
 def dali_seed(seed: int, rank: int, role: str) -> int:
     """A pipeline's seed: ranks draw different augmentations; readers get the shared seed (see dsl.check)."""
-    return seed + 1000 * rank + (0 if role == "train" else 17)
+    return seed + 1000 * rank + {"train": 0, "eval": 17, HYBRID: 29}[role]
 
 
 def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkpointing: bool = False):
+    """`role`: train, eval or HYBRID (the hybrid train pipeline's copy)."""
     from runner.dsl.compile import PipelineArgs
 
     data = loaded.config.data
     batch = data.batch_size if role == "train" else (data.eval_batch_size or data.batch_size)
-    return PipelineArgs(batch_size=batch, num_threads=dali_threads(data, target),
+    threads = dali_threads(data, target)
+    hybrid = loaded.pipelines["train"].hybrid if "train" in loaded.pipelines else None
+    if hybrid is not None and role in ("train", HYBRID):
+        batch = hybrid_batches(loaded)[role == HYBRID]
+        if role == HYBRID and hybrid.num_threads != "auto":
+            threads = int(hybrid.num_threads)
+    return PipelineArgs(batch_size=batch, num_threads=threads,
                         device_id=target.local_rank if target.accelerator == "gpu" else None,
                         seed=dali_seed(loaded.config.seed, target.rank, role),
                         prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing,

@@ -203,6 +203,29 @@ CASES = [
          expected="command line 'pipelines.train.params.sise=64': pipelines.train.params.sise: pipeline "
                   "'imagenet_train' has no parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, "
                   "decode_device, hw_decoder_load."),
+    Case("hybrid copy without params", args=[*VALIDATE, "pipelines.train.hybrid.share=0.5"],
+         expected="command line 'pipelines.train.hybrid.share=0.5': pipelines.train.hybrid: sets no params, so the "
+                  "copy would be the same pipeline twice; set the parameters the copy changes in "
+                  "'pipelines.train.hybrid.params', e.g. {decode_device: cpu}."),
+    Case("hybrid copy param the pipeline lacks", args=[*VALIDATE, "pipelines.train.hybrid.params.decode=cpu"],
+         expected="command line 'pipelines.train.hybrid.params.decode=cpu': pipelines.train.hybrid.params.decode: "
+                  "pipeline 'imagenet_train' has no parameter 'decode'. Did you mean 'decode_device'? Its parameters: "
+                  "data_root, size, decode_device, hw_decoder_load."),
+    Case("hybrid eval pipeline", args=[*VALIDATE, "pipelines.eval.hybrid.params.size=32"],
+         expected="command line 'pipelines.eval.hybrid.params.size=32': pipelines.eval.hybrid: only the train "
+                  "pipeline can be split between two copies; remove 'pipelines.eval.hybrid' (evaluation is not what "
+                  "keeps the GPU waiting)."),
+    Case("hybrid share that leaves a copy no image", args=[*VALIDATE, "pipelines.train.hybrid.share=0.2",
+                                                          "pipelines.train.hybrid.params.size=32"],
+         expected="command line 'pipelines.train.hybrid.share=0.2': pipelines.train.hybrid.share: 0.2 of a batch of "
+                  "2 (data.batch_size) is 0 image(s), so one copy of the pipeline would make none; choose a share "
+                  "between 0.5 and 0.5."),
+    Case("hybrid pipeline whose reader lists its files", exp=EXP_MINE,
+         pipe=PIPE.replace("file_root=$data_root", "file_root=$data_root, file_list=\"/d/list.txt\""),
+         args=[*VALIDATE, "pipelines.train.hybrid.params.data_root=/e"],
+         expected="command line 'pipelines.train.hybrid.params.data_root=/e': pipelines.train.hybrid: a hybrid "
+                  "pipeline deals the split's files between its two copies, so its reader must be "
+                  "readers.file(file_root=...) without file_list or files."),
 
     # ---- pipeline graphs
     Case("undefined stream", exp=EXP_MINE, pipe=PIPE.replace("decoders.image(jpegs", "decoders.image(jpgs"),

@@ -84,3 +84,26 @@ def test_tune_writes_an_includable_overrides_file(tiny, project, capsys):
     (project / "experiments" / "with_tuned.yaml").write_text(tiny.read_text() + "include: [tiny.tuned.yaml]\n")
     code, _, err = run_cli(["validate", project / "experiments" / "with_tuned.yaml"], capsys)
     assert code == 0, err
+
+
+def test_tune_on_a_gpu_offers_a_cpu_share_written_as_a_hybrid_copy(tiny):
+    from runner.bench.tune import HYBRID_SHARE, TuneResult, _applies, as_overrides, baseline_settings, knobs
+    from runner.validate import validate
+
+    v = validate(tiny, accelerator="gpu")
+    ks = knobs(v)
+    assert next(k for k in ks if k.key == HYBRID_SHARE).values == (None, 0.5, 0.7, 0.85)
+    start = baseline_settings(v, ks)
+    assert start[HYBRID_SHARE] is None and start["pipelines.train.params.decode_device"] == "mixed"
+    assert "pipelines.train.hybrid=null" in as_overrides(start)
+    shared = {**start, HYBRID_SHARE: 0.7}
+    overrides = as_overrides(shared)
+    assert {"pipelines.train.hybrid.share=0.7", "pipelines.train.hybrid.params.decode_device=cpu"} <= set(overrides)
+    hybrid = validate(tiny, overrides, accelerator="gpu").loaded.pipelines["train"].hybrid
+    assert (hybrid.share, hybrid.params) == (0.7, {"decode_device": "cpu"})
+    written = yaml.safe_load(tuned_yaml(TuneResult(baseline=Trial(start), best=Trial(shared)), "header"))
+    assert written["pipelines"]["train"]["hybrid"] == {"share": 0.7, "params": {"decode_device": "cpu"}}
+    # a CPU share next to CPU decode is no split at all: never tried
+    assert not _applies({**shared, "pipelines.train.params.decode_device": "cpu"})
+    assert [k.key for k in knobs(validate(tiny, accelerator="cpu"))] == ["pipelines.train.use", "data.num_threads",
+                                                                         "data.prefetch"]

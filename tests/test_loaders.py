@@ -99,3 +99,74 @@ def test_torchvision_and_synthetic_loaders_follow_the_contract(project, image_da
         if loader == "torchvision":
             evals = [create_loader(v, "eval", Dist(rank=r, world=2)) for r in range(2)]
             assert sum(len(lbl) for ev in evals for _, lbl in ev.epoch()) == 9
+
+
+HYBRID = PATHS.replace("""      - paths = get_property(jpegs, key="source_info")
+    outputs: [paths, labels]
+    params: {{data_root: null}}
+  eval:""", """      - paths = get_property(jpegs, key=$key)
+    outputs: [paths, labels]
+    params: {{data_root: null, key: source_info}}
+    hybrid: {{share: {share}, params: {{key: source_info}}}}
+  eval:""")
+
+
+def hybrid_loaders(project, root, batch, share, world, **loader_args):
+    path = project / "experiments" / "hybrid.yaml"
+    path.write_text(HYBRID.format(root=root, batch=batch, share=share))
+    v = validate(path, accelerator="cpu")
+    return v, [create_loader(v, "train", Dist(rank=r, world=world), **loader_args) for r in range(world)]
+
+
+def listed(path: str) -> list[str]:
+    return [line.split()[0] for line in open(path).read().splitlines()]
+
+
+@pytest.mark.parametrize("world,batch,share,copy", [(1, 5, 0.6, 3), (2, 4, 0.5, 2), (2, 6, 0.2, 1)])
+def test_a_hybrid_pipeline_makes_every_batch_from_both_copies(project, image_dataset, world, batch, share, copy):
+    from runner.plan import HYBRID as COPY
+
+    v, loaders = hybrid_loaders(project, image_dataset, batch, share, world)
+    base_files = listed(dict(v.graphs["train"].steps[0].node.kwargs)["file_list"].value)
+    copy_files = listed(dict(v.graphs[COPY].steps[0].node.kwargs)["file_list"].value)
+    # the split is dealt between the copies in proportion to their part of a batch
+    assert sorted(base_files + copy_files) == sorted(f"c{c}/{i:03d}.jpg" for c in range(3) for i in range(8))
+    assert len(copy_files) == round(24 * copy / batch)
+    steps = min((len(base_files) // world) // (batch - copy), (len(copy_files) // world) // copy)
+    assert [ld.steps_per_epoch for ld in loaders] == [steps] * world
+    for _ in range(2):
+        seen = []
+        for ld in loaders:
+            batches = list(ld.epoch())
+            assert len(batches) == steps and all(len(b[1]) == batch for b in batches)
+            for images, _ in batches:
+                assert set(names(images)[:batch - copy]) <= set(base_files)
+                assert set(names(images)[batch - copy:]) <= set(copy_files)
+                seen += names(images)
+        assert len(seen) == len(set(seen)) == world * steps * batch, "a sample was read twice in an epoch"
+
+
+def test_a_hybrid_loader_resumes_both_copies_where_they_stopped(project, image_dataset):
+    _, [whole] = hybrid_loaders(project, image_dataset, 4, 0.5, 1, checkpointing=True)
+    first = [names(b[0]) for b in whole.epoch()]
+    _, [stopped] = hybrid_loaders(project, image_dataset, 4, 0.5, 1, checkpointing=True)
+    epoch = stopped.epoch()
+    assert names(next(epoch)[0]) == first[0]
+    state = stopped.state()
+    assert isinstance(state, list) and len(state) == 2
+    _, [resumed] = hybrid_loaders(project, image_dataset, 4, 0.5, 1, state=state)
+    assert [names(b[0]) for b in resumed.epoch(start_batch=1)] == first[1:]
+
+
+def test_a_hybrid_image_pipeline_decodes_on_both_copies(project, image_dataset):
+    (project / "experiments" / "e.yaml").write_text(
+        f"data: {{root: {image_dataset}, batch_size: 4}}\n"
+        "pipelines: {train: {use: imagenet_train_fused, params: {size: 32},\n"
+        "                    hybrid: {share: 0.75, params: {decode_device: cpu}, num_threads: 1}}}\n")
+    v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
+    loader = create_loader(v, "train", Dist())
+    batches = list(loader.epoch())
+    assert len(batches) == loader.steps_per_epoch == 6
+    images, labels = batches[0]
+    assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
+    assert sorted(torch.cat([lbl for _, lbl in batches]).tolist()) == [c for c in range(3) for _ in range(8)]

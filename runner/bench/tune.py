@@ -14,6 +14,7 @@ from typing import Any, Callable
 from runner.machine import cpu_cores
 
 FUSED, SEPARATE = "imagenet_train_fused", "imagenet_train"
+HYBRID_SHARE = "pipelines.train.hybrid.share"
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ def knobs(v, processes: int = 1) -> list[Knob]:
         out.append(Knob("pipelines.train.use", (FUSED, SEPARATE), "crop fused into decode"))
     if gpu and "hw_decoder_load" in params:
         out.append(Knob("pipelines.train.params.hw_decoder_load", (0.65, 0.99, 0.0), "hw_decoder_load"))
+    if gpu and "decode_device" in params:  # CPU threads decode this share of each batch, the GPU the rest
+        out.append(Knob(HYBRID_SHARE, (None, 0.5, 0.7, 0.85), "share decoded on CPU"))
     threads = sorted({max(1, int(cores * f)) for f in (0.5, 0.75, 1.0)})
     out.append(Knob("data.num_threads", tuple(threads), "DALI CPU threads"))
     out.append(Knob("data.prefetch", (2, 3, 4), "prefetch queue depth"))
@@ -69,6 +72,7 @@ def baseline_settings(v, ks: list[Knob], processes: int = 1) -> dict[str, Any]:
 
     train = v.loaded.pipelines["train"]
     current = {"pipelines.train.use": train.name, "data.prefetch": v.config.data.prefetch,
+               HYBRID_SHARE: train.hybrid.share if train.hybrid else None,
                "data.num_threads": dali_threads(v.config.data, Target(v.target.accelerator, local_world=processes))}
     for k in ks:
         if k.key.startswith("pipelines.train.params."):
@@ -97,14 +101,27 @@ def search(ks: list[Knob], start: dict[str, Any], evaluate: Callable[[dict[str, 
 
 
 def _applies(settings: dict[str, Any]) -> bool:
-    """hw_decoder_load only matters when the GPU decodes."""
+    """hw_decoder_load and a CPU share only matter when the GPU decodes."""
     hw = "pipelines.train.params.hw_decoder_load"
-    device = settings.get("pipelines.train.params.decode_device", "mixed")
-    return not (hw in settings and device == "cpu" and settings[hw] != 0.65)
+    if settings.get("pipelines.train.params.decode_device", "mixed") != "cpu":
+        return True
+    return not ((hw in settings and settings[hw] != 0.65) or settings.get(HYBRID_SHARE) is not None)
+
+
+def expanded(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings as config keys: a CPU share is a hybrid copy of the pipeline decoding on the CPU, None none."""
+    out = {k: v for k, v in settings.items() if k != HYBRID_SHARE}
+    if HYBRID_SHARE in settings:
+        share = settings[HYBRID_SHARE]
+        if share is None:
+            out["pipelines.train.hybrid"] = None
+        else:
+            out.update({HYBRID_SHARE: share, "pipelines.train.hybrid.params.decode_device": "cpu"})
+    return out
 
 
 def as_overrides(settings: dict[str, Any]) -> list[str]:
-    return [f"{k}={v}" for k, v in settings.items()]
+    return [f"{k}={'null' if v is None else v}" for k, v in expanded(settings).items()]
 
 
 def tuned_yaml(result: TuneResult, header: str) -> str:
@@ -112,7 +129,7 @@ def tuned_yaml(result: TuneResult, header: str) -> str:
     import yaml
 
     nested: dict[str, Any] = {}
-    for key, value in result.best.settings.items():
+    for key, value in expanded(result.best.settings).items():
         node = nested
         *parents, leaf = key.split(".")
         for p in parents:

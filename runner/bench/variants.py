@@ -25,6 +25,10 @@ def _size(role: str, source) -> tuple[str, ...]:
     return (f"pipelines.{role}.params.size={source.params['size']}",) if source and "size" in source.params else ()
 
 
+def _params(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
 def variants(v, names: list[str]) -> list[Variant]:
     """The overrides for each named loader, checked against the experiment."""
     train = v.loaded.pipelines.get("train")
@@ -32,7 +36,9 @@ def variants(v, names: list[str]) -> list[Variant]:
     size = (f"data.image_size={train.params['size']}",) if train and "size" in train.params else ()
     table = {
         "synthetic": Variant("synthetic", ("data.loader=synthetic", *size), "random tensors on the device (ceiling)"),
-        "dali": Variant("dali", ("data.loader=dali",), f"DALI, {train.name if train else '?'} as configured"),
+        "dali": Variant("dali", ("data.loader=dali",), f"DALI, {train.name if train else '?'} as configured"
+                        + (f"; a copy with {_params(train.hybrid.params)} makes {train.hybrid.share:g} of each batch"
+                           if train and train.hybrid else "")),
         "dali-cpu": Variant("dali-cpu", ("data.loader=dali", "pipelines.train.params.decode_device=cpu"),
                             "DALI, JPEG decode on CPU threads"),
         # the cache pipelines have their own parameters: those of the JPEG pipelines are dropped first

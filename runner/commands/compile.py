@@ -4,14 +4,15 @@ from __future__ import annotations
 from runner import console
 from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
 from runner.errors import ConfigError, display_path
-from runner.plan import pipeline_args
+from runner.plan import HYBRID, pipeline_args
 from runner.validate import Validated
 
 
 def register(sub) -> None:
     p = sub.add_parser("compile", help="print a pipeline as DALI Python (@pipeline_def of fn.* calls)")
     add_experiment(p)
-    p.add_argument("--pipeline", choices=["train", "eval"], default="train")
+    p.add_argument("--pipeline", choices=["train", "eval", HYBRID], default="train",
+                   help=f"{HYBRID}: the copy of a hybrid train pipeline (pipelines.train.hybrid)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.set_defaults(handler=run)
 

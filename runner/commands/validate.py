@@ -4,7 +4,7 @@ from __future__ import annotations
 from runner import console
 from runner.commands.args import cpu_note, split_overrides
 from runner.errors import RunnerError, display_path
-from runner.plan import data_root
+from runner.plan import HYBRID, data_root, hybrid_batches
 from runner.validate import Validated
 
 
@@ -51,10 +51,14 @@ def print_validated(v: Validated) -> None:
         ["loader", f"{cfg.data.loader}, batch {cfg.data.batch_size} per process"],
         ["data", data],
     ]
+    parts = dict(zip(("train", HYBRID), hybrid_batches(v.loaded))) if HYBRID in v.graphs else {}
     for role, g in v.graphs.items():
         rows.append([f"{role} pipeline", f"{g.graph.name} ({display_path(g.graph.file) if not isinstance(g.graph.file, str) else g.graph.file}): "
                      f"{len(g.steps)} steps -> {', '.join(o.name for o in g.outputs)}; {g.target}"
-                     + (", conditionals" if g.conditionals else "")])
+                     + (", conditionals" if g.conditionals else "")
+                     + (f"; {parts[role]} of each batch" if role in parts else "")
+                     + (" with " + ", ".join(f"{k}={val}" for k, val in v.loaded.pipelines["train"].hybrid.params.items())
+                        if role == HYBRID else "")])
     rows.append(["tracking", (cfg.tracking.uri or "$MLFLOW_TRACKING_URI or ./mlflow.db") + f", experiment "
                  f"'{cfg.tracking.experiment}'" if cfg.tracking.enabled else "off"])
     console.out.print(f"[green]OK[/] {display_path(v.loaded.path)}" +

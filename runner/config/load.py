@@ -38,6 +38,19 @@ class PipelineSource:
     params: dict[str, Any]             # declared params, experiment overrides applied
     explicit_params: frozenset[str]    # the ones the experiment (or command line) set
     description: str = ""
+    hybrid: "HybridSource | None" = None
+
+
+@dataclass(frozen=True)
+class HybridSource:
+    """pipelines.train.hybrid: a copy of the graph, with `params` applied, making `share` of each batch."""
+    share: float
+    params: dict[str, Any]             # the copy's changed params
+    num_threads: int | str
+
+    def copy_of(self, source: PipelineSource) -> PipelineSource:
+        return dataclasses.replace(source, params={**source.params, **self.params}, hybrid=None,
+                                   explicit_params=source.explicit_params | frozenset(self.params))
 
 
 @dataclass(frozen=True)
@@ -234,6 +247,26 @@ def available_pipelines(experiment: Path) -> list[str]:
 
 
 def _pipeline(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:
+    source = _graph_source(role, spec, experiment, locate)
+    if spec.hybrid is None:
+        return source
+    key = f"pipelines.{role}.hybrid"
+    if role != "train":
+        raise _error(locate, key, "only the train pipeline can be split between two copies; remove "
+                                  f"'{key}' (evaluation is not what keeps the GPU waiting).")
+    if not spec.hybrid.params:
+        raise _error(locate, key, "sets no params, so the copy would be the same pipeline twice; set the "
+                                  f"parameters the copy changes in '{key}.params', e.g. {{decode_device: cpu}}.")
+    for name in spec.hybrid.params:
+        if name not in source.params:
+            raise _error(locate, f"{key}.params.{name}",
+                         f"pipeline '{source.name}' has no parameter '{name}'.{did_you_mean(name, source.params)} "
+                         f"Its parameters: {list_names(source.params, 40) or 'none'}.")
+    return dataclasses.replace(source, hybrid=HybridSource(share=spec.hybrid.share, params=dict(spec.hybrid.params),
+                                                            num_threads=spec.hybrid.num_threads))
+
+
+def _graph_source(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:
     key = f"pipelines.{role}"
     if spec.use and spec.steps is not None:
         raise _error(locate, f"{key}.steps", f"set either '{key}.use' (a pipeline file) or '{key}.steps' "

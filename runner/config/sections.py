@@ -115,6 +115,15 @@ class DataConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HybridConfig:
+    """A second copy of the train graph, with `params` changed, that makes `share` of every batch: e.g. JPEG
+    decode on CPU threads for most images while the GPU decodes the rest (docs/pipelines.md)."""
+    share: float = bounded(0.75, gt=0, lt=1)    # of every batch, made by the copy
+    params: dict[str, Any] = field(default_factory=dict)  # the copy's params, e.g. {decode_device: cpu}
+    num_threads: int | Literal["auto"] = bounded("auto", ge=1)  # the copy's DALI CPU threads; auto: data.num_threads
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """A pipeline graph: a file from pipelines/ (`use`) with `params` overridden, or inline steps."""
     use: str | None = None
@@ -122,6 +131,7 @@ class PipelineConfig:
     steps: list[str] | None = None
     outputs: list[str] | None = None
     description: str = ""
+    hybrid: HybridConfig | None = None          # train only
 
 
 @dataclass(frozen=True, kw_only=True)

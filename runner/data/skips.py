@@ -51,11 +51,23 @@ def file_list(split_dir: Path, suffixes: tuple[str, ...]) -> tuple[Path, int, li
         return None
     scan = scan_image_folder(split_dir, suffixes)
     keep = [(path, label) for path, label in scan.files if path not in skipped]
-    body = "".join(f"{path} {label}\n" for path, label in keep)
-    out = CACHE / "file-lists" / f"{_key(split_dir)}-{hashlib.sha256(body.encode()).hexdigest()[:12]}.txt"
+    return write_file_list(split_dir, keep), len(scan.files) - len(keep), lists
+
+
+def readable_files(split_dir: Path, suffixes: tuple[str, ...], *, keep_skipped: bool = False) -> list[tuple[str, int]]:
+    """(relative path, label) of every file the reader would read, skip-listed ones left out unless `keep_skipped`."""
+    skipped = set() if keep_skipped else skipped_files(split_dir)[0]
+    return [(path, label) for path, label in scan_image_folder(split_dir, suffixes).files if path not in skipped]
+
+
+def write_file_list(split_dir: Path, files: list[tuple[str, int]], tag: str = "") -> Path:
+    """A `file_list` for fn.readers.file in runner's cache, named by its content (ranks may write it at once)."""
+    body = "".join(f"{path} {label}\n" for path, label in files)
+    digest = hashlib.sha256(body.encode()).hexdigest()[:12]
+    out = CACHE / "file-lists" / f"{_key(split_dir)}{'-' + tag if tag else ''}-{digest}.txt"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(body)
         os.replace(tmp, out)
-    return out, len(scan.files) - len(keep), lists
+    return out

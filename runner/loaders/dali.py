@@ -9,56 +9,49 @@ docs/pipelines.md), and equal step counts across ranks are what DDP needs anyway
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any, Iterator
 
 import torch
 
 from runner.errors import DataError, display_path
-from runner.plan import Target, checked_pipelines, pipeline_args, split_dir
+from runner.plan import HYBRID, Target, checked_pipelines, pipeline_args, split_dir
 
 
 class DaliLoader:
-    def __init__(self, iterator, role: str, total: int, batch: int, target: Target, device: torch.device,
-                 folder=None):
-        """`total`: the samples the reader lists, over all shards (its epoch_size)."""
-        self.it, self.role, self.device, self.folder = iterator, role, device, folder
+    """One DALI pipeline, or for a hybrid train pipeline (pipelines.train.hybrid) two, whose batches are
+    concatenated: [base part | copy part]."""
+
+    def __init__(self, iterators: list, role: str, totals: list[int], batches: list[int], target: Target,
+                 device: torch.device, folder=None):
+        """`totals`: the samples each reader lists, over all shards (its epoch_size)."""
+        self.its, self.role, self.device, self.folder = iterators, role, device, folder
         world, rank = target.world, target.rank
-        if total == 0:
+        if sum(totals) == 0:
             raise DataError(f"the {role} pipeline's reader found no files.")
         # DALI's shard r holds samples [floor(N*r/W), floor(N*(r+1)/W)): sizes differ by at most one
-        shortest = total // world
-        own = total * (rank + 1) // world - total * rank // world
         if role == "train":
-            self.steps_per_epoch = shortest // batch
+            self.steps_per_epoch = min((total // world) // batch for total, batch in zip(totals, batches))
             if self.steps_per_epoch == 0:
-                raise DataError(f"the training set has {total} samples: fewer than one batch of {batch} per "
-                                f"process ({world} processes). Lower data.batch_size or add data.")
+                raise DataError(f"the training set has {sum(totals)} samples: fewer than one batch of {sum(batches)} "
+                                f"per process ({world} processes). Lower data.batch_size or add data.")
         else:
-            self.steps_per_epoch = -(-own // batch)
+            own = totals[0] * (rank + 1) // world - totals[0] * rank // world
+            self.steps_per_epoch = -(-own // batches[0])
 
     @classmethod
     def create(cls, v, role: str, target: Target, device: torch.device, *, state: Any = None,
                checkpointing: bool = False) -> "DaliLoader | None":
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
-        from runner.dsl.compile import build_pipeline
-
         graphs = checked_pipelines(v.loaded, target, roles=(role,))
         if role not in graphs:
             return None
-        graph = graphs[role]
-        args = pipeline_args(v.loaded, role, target, checkpointing=checkpointing or state is not None)
-        if state is not None:
-            args = dataclasses.replace(args, checkpoint=state)
-        pipe = build_pipeline(graph, args)
+        parts = [role] + ([HYBRID] if role == "train" and HYBRID in graphs else [])
+        states = state if isinstance(state, list) else [state] * len(parts)
         folder = split_dir(v.config.data, role)
-        try:  # the iterator runs the pipeline once already, to prepare the first batch
-            iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=graph.reader_name,
-                                           last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
-        except RuntimeError as e:
-            raise_for_decode(e, role, folder)
-        total = pipe.reader_meta(graph.reader_name)["epoch_size"]
-        return cls(iterator, role, total, args.batch_size, target, device, folder=folder)
+        built = [_iterator(v, graphs[part], part, target, folder, states[i], checkpointing)
+                 for i, part in enumerate(parts)]
+        return cls([it for it, _, _ in built], role, [t for _, t, _ in built], [b for _, _, b in built], target,
+                   device, folder=folder)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
@@ -68,22 +61,46 @@ class DaliLoader:
 
     def _epoch(self, start_batch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         yielded = start_batch
-        for batch in self.it:
-            images, labels = batch[0]["images"], batch[0]["labels"]
+        for outputs in itertools.zip_longest(*self.its):
             if self.role == "train" and yielded >= self.steps_per_epoch:
                 continue  # drain the remainder so the reader ends the epoch where DALI expects
-            if images.shape[0] == 0:
+            images = [out[0]["images"] for out in outputs]
+            labels = [out[0]["labels"] for out in outputs]
+            if images[0].shape[0] == 0:
                 continue  # a padded shard's empty tail (eval)
             yielded += 1
+            images, labels = (images[0], labels[0]) if len(images) == 1 else (torch.cat(images), torch.cat(labels))
             yield (images.to(self.device, non_blocking=True),
                    labels.reshape(-1).to(self.device, torch.int64, non_blocking=True))
-        self.it.reset()
+        for it in self.its:
+            it.reset()
 
     def state(self) -> Any:
-        return self.it.checkpoints()[0] if self.it._enable_checkpointing else None
+        if not self.its[0]._enable_checkpointing:
+            return None
+        states = [it.checkpoints()[0] for it in self.its]
+        return states[0] if len(states) == 1 else states
 
     def close(self) -> None:
-        self.it = None
+        self.its = []
+
+
+def _iterator(v, graph, part: str, target: Target, folder, state: Any, checkpointing: bool):
+    """DALI's PyTorch iterator over one compiled pipeline: (iterator, reader epoch size, batch size)."""
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    from runner.dsl.compile import build_pipeline
+
+    args = pipeline_args(v.loaded, part, target, checkpointing=checkpointing or state is not None)
+    if state is not None:
+        args = dataclasses.replace(args, checkpoint=state)
+    pipe = build_pipeline(graph, args)
+    try:  # the iterator runs the pipeline once already, to prepare the first batch
+        iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=graph.reader_name,
+                                       last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
+    except RuntimeError as e:
+        raise_for_decode(e, graph.graph.role, folder)
+    return iterator, pipe.reader_meta(graph.reader_name)["epoch_size"], args.batch_size
 
 
 def raise_for_decode(error: RuntimeError, role: str, folder) -> None:
