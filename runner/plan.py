@@ -168,9 +168,14 @@ def skip_file_list(loaded: LoadedExperiment, role: str, graph) -> str | None:
 
 
 def dali_threads(data: DataConfig, target: Target) -> int:
-    """data.num_threads, or ~75% of this process's share of the cores (the seed's rule of thumb)."""
+    """data.num_threads, or ~75% of this process's share of the cores (the seed's rule of thumb), or with
+    data.reserved_cores every core of the share not reserved."""
     if data.num_threads != "auto":
         return int(data.num_threads)
+    if data.reserved_cores:
+        from runner.affinity import PROCESS_CORES  # the training thread may be pinned to the reserved ones by now
+
+        return max(1, len(PROCESS_CORES) // max(1, target.local_world) - data.reserved_cores)
     return max(1, int(cpu_cores() / max(1, target.local_world) * 0.75))
 
 
@@ -195,4 +200,4 @@ def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkp
                         device_id=target.local_rank if target.accelerator == "gpu" else None,
                         seed=dali_seed(loaded.config.seed, target.rank, role),
                         prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing,
-                        cuda_stream_priority=data.cuda_stream_priority if target.accelerator == "gpu" else None)
+                        set_affinity=data.reserved_cores > 0)

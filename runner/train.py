@@ -79,6 +79,22 @@ def configure_torch(cfg, d: Dist) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def compiled(net: nn.Module, tc) -> nn.Module:
+    """torch.compile in the experiment's mode (trainer.compile, trainer.compile_mode), or the module as is."""
+    if not tc.compile:
+        return net
+    return torch.compile(net, mode=None if tc.compile_mode == "default" else tc.compile_mode)
+
+
+def step_begin(tc) -> None:
+    """Before each training forward: CUDA-graph modes reuse output buffers, so tell them a new step starts."""
+    if tc.compile and tc.compile_mode in CUDA_GRAPH_MODES:
+        torch.compiler.cudagraph_mark_step_begin()
+
+
 def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool) -> dict[str, float]:
     """Top-1/top-5 and loss over this rank's shard, summed over ranks: every sample counted once."""
     net.eval()
@@ -130,8 +146,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     net = model
     if d.enabled:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
-    if tc.compile:
-        net = torch.compile(net)
+    net = compiled(net, tc)
     criterion = nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)
     amp = autocast_args(tc.precision, d.device)
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
@@ -172,6 +187,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                 meter.wait(time.perf_counter() - t0)
                 if tc.channels_last:
                     images = images.contiguous(memory_format=torch.channels_last)
+                step_begin(tc)
                 with torch.autocast(**amp):
                     logits = net(images)
                     loss = criterion(logits.float(), labels)

@@ -203,6 +203,9 @@ CASES = [
          expected="command line 'pipelines.train.params.sise=64': pipelines.train.params.sise: pipeline "
                   "'imagenet_train' has no parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, "
                   "decode_device, hw_decoder_load."),
+    Case("compile mode torch does not have", args=[*VALIDATE, "trainer.compile_mode=fast"],
+         expected="command line 'trainer.compile_mode=fast': trainer.compile_mode: 'fast' is not valid; expected one "
+                  "of: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs."),
     Case("hybrid copy without params", args=[*VALIDATE, "pipelines.train.hybrid.share=0.5"],
          expected="command line 'pipelines.train.hybrid.share=0.5': pipelines.train.hybrid: sets no params, so the "
                   "copy would be the same pipeline twice; set the parameters the copy changes in "

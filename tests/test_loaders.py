@@ -1,4 +1,5 @@
 """The loader contract: shards, epochs, step counts, devices, and the three loaders' agreement."""
+import os
 import textwrap
 
 import pytest
@@ -170,3 +171,39 @@ def test_a_hybrid_image_pipeline_decodes_on_both_copies(project, image_dataset):
     images, labels = batches[0]
     assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and labels.dtype == torch.int64
     assert sorted(torch.cat([lbl for _, lbl in batches]).tolist()) == [c for c in range(3) for _ in range(8)]
+
+
+def thread_cores() -> dict[str, set[str]]:
+    """Thread name -> the CPU lists its threads may run on."""
+    from pathlib import Path
+
+    out: dict[str, set[str]] = {}
+    for task in Path("/proc/self/task").iterdir():
+        status = (task / "status").read_text()
+        allowed = next(ln.split()[1] for ln in status.splitlines() if ln.startswith("Cpus_allowed_list"))
+        out.setdefault((task / "comm").read_text().strip(), set()).add(allowed)
+    return out
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_reserved_cores_keep_dali_threads_off_the_training_thread(project, image_dataset, monkeypatch):
+    from runner import affinity
+
+    before = os.sched_getaffinity(0)
+    monkeypatch.setattr(affinity, "_split", {})
+    monkeypatch.delenv("DALI_AFFINITY_MASK", raising=False)
+    cores = sorted(before)
+    (project / "experiments" / "e.yaml").write_text(
+        f"data: {{root: {image_dataset}, batch_size: 4, reserved_cores: 1}}\n"
+        "pipelines: {train: {use: imagenet_train, params: {size: 32}}}\n")
+    v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
+    try:
+        loader = create_loader(v, "train", Dist())
+        next(iter(loader.epoch()))
+        assert os.sched_getaffinity(0) == {cores[0]}  # the training thread: the reserved core
+        # DALI's workers, one per remaining core (thread i on core i), never on the reserved one
+        workers = set().union(*(cpus for name, cpus in thread_cores().items() if name.startswith("[DALI][TP")))
+        assert workers and workers <= {str(c) for c in cores[1:]}
+        assert os.environ["DALI_AFFINITY_MASK"] == ",".join(str(c) for c in cores[1:])
+    finally:
+        os.sched_setaffinity(0, before)

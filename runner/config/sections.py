@@ -54,6 +54,8 @@ class TrainerConfig:
     precision: Precision = "fp32"
     channels_last: bool = False
     compile: bool = False
+    # torch.compile's mode; reduce-overhead and max-autotune replay CUDA graphs, so the Python loop launches less
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     deterministic: bool = False
     label_smoothing: float = bounded(0.0, ge=0, lt=1)
     grad_clip_norm: float | None = bounded(None, gt=0)
@@ -107,7 +109,8 @@ class DataConfig:
     eval_batch_size: int | None = bounded(None, ge=1)
     num_threads: int | Literal["auto"] = bounded("auto", ge=1)  # DALI CPU threads per process
     prefetch: int = bounded(2, ge=1)            # DALI prefetch queue depth
-    cuda_stream_priority: int | None = None     # DALI's CUDA stream priority (-5..0 on Hopper; lower first)
+    # cores kept for the training loop's own threads: DALI's CPU threads are pinned to the others (0: no pinning)
+    reserved_cores: int = bounded(0, ge=0)
     image_size: int = bounded(224, ge=8)        # synthetic loader's images
     skip_bad_files: bool = True                 # leave out files listed by `runner data check` (DALI loader)
     synth: SynthConfig = field(default_factory=SynthConfig)

@@ -22,7 +22,7 @@ class PipelineArgs:
     prefetch_queue_depth: int = 2
     enable_checkpointing: bool = False
     checkpoint: str | None = None  # a saved pipeline state to resume from (readers and RNGs)
-    cuda_stream_priority: int | None = None  # DALI's CUDA stream; lower numbers are served first
+    set_affinity: bool = False     # pin DALI's CPU threads to $DALI_AFFINITY_MASK (see runner.affinity)
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(batch_size=self.batch_size, num_threads=self.num_threads, device_id=self.device_id,
@@ -30,8 +30,8 @@ class PipelineArgs:
                    enable_checkpointing=self.enable_checkpointing)
         if self.checkpoint is not None:
             out["checkpoint"] = self.checkpoint
-        if self.cuda_stream_priority is not None:
-            out["default_cuda_stream_priority"] = self.cuda_stream_priority
+        if self.set_affinity:
+            out["set_affinity"] = True
         return out
 
 

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import torch
 
+from runner import affinity
 from runner.errors import DataError, display_path
 from runner.plan import HYBRID, Target, checked_pipelines, pipeline_args, split_dir
 
@@ -94,7 +95,14 @@ def _iterator(v, graph, part: str, target: Target, folder, state: Any, checkpoin
     args = pipeline_args(v.loaded, part, target, checkpointing=checkpointing or state is not None)
     if state is not None:
         args = dataclasses.replace(args, checkpoint=state)
+    reserved = v.config.data.reserved_cores
+    if reserved:
+        training, dali = affinity.core_split(reserved, target.local_rank, target.local_world,
+                                             v.loaded.where("data.reserved_cores"))
+        affinity.pin_dali_threads(dali, args.num_threads)
     pipe = build_pipeline(graph, args)
+    if reserved:
+        affinity.pin_this_thread(training)
     try:  # the iterator runs the pipeline once already, to prepare the first batch
         iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=graph.reader_name,
                                        last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)

@@ -1,0 +1,40 @@
+"""Cores kept for the training loop, DALI's CPU threads pinned to the rest (data.reserved_cores).
+
+With torch.compile a step is short and launched from Python. When DALI's decode threads fill every
+core, the scheduler preempts the thread that feeds the GPU, and the GPU idles although the next batch
+is ready. DALI pins its worker threads to $DALI_AFFINITY_MASK when a pipeline is built with
+set_affinity=True; the training thread, and the threads it starts afterwards (autograd's among them),
+is pinned to the reserved cores.
+"""
+from __future__ import annotations
+
+import os
+
+PROCESS_CORES = sorted(os.sched_getaffinity(0))  # taken before this module pins anything
+_split: dict[tuple[int, int, int], tuple[list[int], list[int]]] = {}
+
+
+def core_split(reserved: int, local_rank: int, local_world: int, where: dict) -> tuple[list[int], list[int]]:
+    """(training cores, DALI cores): this process's slice of the cores, taken once, before any pinning."""
+    from runner.errors import ConfigError
+
+    key = (reserved, local_rank, local_world)
+    if key not in _split:
+        cores = PROCESS_CORES
+        per = len(cores) // max(1, local_world)
+        mine = cores[local_rank * per:(local_rank + 1) * per] or cores
+        if reserved >= len(mine):
+            raise ConfigError(f"{reserved} reserved core(s) leave DALI's threads none: this process has {len(mine)} "
+                              f"core(s) ({len(cores)} shared by {local_world} process(es) on this node). Reserve fewer, "
+                              "or 0 to leave threads unpinned.", **where)
+        _split[key] = (mine[:reserved], mine[reserved:])
+    return _split[key]
+
+
+def pin_dali_threads(dali_cores: list[int], threads: int) -> None:
+    """Thread i of the next pipeline built goes to dali_cores[i % n] (DALI reads the mask when it builds)."""
+    os.environ["DALI_AFFINITY_MASK"] = ",".join(str(dali_cores[i % len(dali_cores)]) for i in range(threads))
+
+
+def pin_this_thread(cores: list[int]) -> None:
+    os.sched_setaffinity(0, cores)  # on Linux, pid 0 is the calling thread
