@@ -99,7 +99,7 @@ def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     from runner.loaders import create_loader
     from runner.models import create_model
     from runner.optim import create_optimizer
-    from runner.train import autocast_args, configure_torch
+    from runner.train import autocast_args, compiled, configure_torch, step_begin
 
     cfg, tc = v.config, v.config.trainer
     configure_torch(cfg, d)
@@ -107,7 +107,7 @@ def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     if tc.channels_last:
         model = model.to(memory_format=torch.channels_last)
     opt = create_optimizer(model, cfg.optimizer, cfg.data.batch_size)
-    net = torch.compile(model) if tc.compile else model
+    net = compiled(model, tc)
     crit = nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)
     amp = autocast_args(tc.precision, d.device)
     batches = _batches(create_loader(v, "train", d))
@@ -120,6 +120,7 @@ def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
         wait += time.perf_counter() - t0
         if tc.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
+        step_begin(tc)
         with torch.autocast(**amp):
             loss = crit(net(x).float(), y)
         opt.zero_grad(set_to_none=True)
@@ -181,8 +182,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    from runner.errors import RunnerError
+
     spec = json.loads(Path(argv[0]).read_text())
-    result = run(spec)
+    try:
+        result = run(spec)
+    except RunnerError as e:  # the parent reports it: one paragraph, no traceback
+        Path(argv[1]).write_text(json.dumps({"error": str(e)}))
+        return 2
     Path(argv[1]).write_text(json.dumps(result))
     return 0
 

@@ -43,7 +43,8 @@ def markdown(result: BenchResult) -> str:
 
 
 def chart(result: BenchResult, path: Path) -> Path:
-    """Horizontal bars: training img/s per loader (and loader-only img/s), the ceiling as a line."""
+    """Horizontal bars: training img/s per loader (the ceiling as a line) and loader-only img/s, a panel for each
+    mode that was measured."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,29 +53,29 @@ def chart(result: BenchResult, path: Path) -> Path:
     names = [r.variant for r in result.rows]
     train = [(r.e2e or {}).get("images_per_s", 0) for r in result.rows]
     only = [(r.loader or {}).get("images_per_s", 0) for r in result.rows]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 * len(names) + 2), sharey=True)
+    panels = [(mode, title, values, color) for mode, title, values, color in (
+        ("e2e", "training, end to end (img/s)", train, "#4c72b0"), ("loader", "loader only (img/s)", only, "#55a868"))
+        if any(values) or any(mode in r.errors for r in result.rows)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5, 0.6 * len(names) + 2), sharey=True,
+                             squeeze=False)
+    axes = axes[0]
     y = range(len(names))
-    axes[0].barh(y, train, color="#4c72b0")
-    axes[0].set_title("training, end to end (img/s)")
-    if result.ceiling:
-        axes[0].axvline(result.ceiling, color="black", linestyle="--", linewidth=1)
-        for i, val in enumerate(train):
-            if val:
-                axes[0].text(val, i, f" {100 * val / result.ceiling:.0f}%", va="center", fontsize=9)
-    for i, r in enumerate(result.rows):
-        for ax, mode in ((axes[0], "e2e"), (axes[1], "loader")):
-            if mode in r.errors:
-                ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
-    axes[1].barh(y, only, color="#55a868")
-    axes[1].set_title("loader only (img/s)")
-    for i, val in enumerate(only):
-        if val:
-            axes[1].text(val, i, f" {val:,.0f}", va="center", fontsize=9)
+    for ax, (mode, title, values, color) in zip(axes, panels):
+        ax.barh(y, values, color=color)
+        ax.set_title(title)
+        for i, val in enumerate(values):
+            if not val:
+                if mode in result.rows[i].errors:
+                    ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
+                continue
+            share = f" ({100 * val / result.ceiling:.0f}%)" if mode == "e2e" and result.ceiling else ""
+            ax.text(val, i, f" {val:,.0f}{share}", va="center", fontsize=9)
+        if mode == "e2e" and result.ceiling:
+            ax.axvline(result.ceiling, color="black", linestyle="--", linewidth=1)
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.25)
     axes[0].set_yticks(list(y), names)
     axes[0].invert_yaxis()
-    for ax in axes:
-        ax.grid(axis="x", alpha=0.3)
-        ax.margins(x=0.18)
     machine = result.machine.get("gpu.model") or result.machine.get("cpu", "CPU")
     fig.suptitle(f"{Path(result.experiment).name} on {machine} ({result.started})", fontsize=11)
     fig.tight_layout()

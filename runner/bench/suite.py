@@ -58,10 +58,13 @@ def measure(spec: dict[str, Any], log: Path) -> dict[str, Any]:
             f.flush()
             proc = subprocess.run([sys.executable, "-m", "runner.bench.measure", str(spec_file), str(out_file)],
                                   stdout=f, stderr=subprocess.STDOUT)
-        if proc.returncode != 0 or not out_file.exists():
+        result = json.loads(out_file.read_text()) if out_file.exists() else {}
+        if "error" in result:
+            raise RunnerError(f"{spec['name']} ({spec['mode']}): {result['error']}")
+        if proc.returncode != 0 or not result:
             raise RunnerError(f"{spec['name']} ({spec['mode']}) failed with exit code {proc.returncode}; "
                               f"its output is in {log}.")
-        return json.loads(out_file.read_text())
+        return result
 
 
 def run_suite(experiment: str, overrides: list[str], variants: list[Variant], modes: list[str], *,

@@ -39,10 +39,12 @@ def variants(v, names: list[str]) -> list[Variant]:
         "dali": Variant("dali", ("data.loader=dali",), f"DALI, {train.name if train else '?'} as configured"
                         + (f"; a copy with {_params(train.hybrid.params)} makes {train.hybrid.share:g} of each batch"
                            if train and train.hybrid else "")),
-        "dali-cpu": Variant("dali-cpu", ("data.loader=dali", "pipelines.train.params.decode_device=cpu"),
+        "dali-cpu": Variant("dali-cpu", ("data.loader=dali", "pipelines.train.params.decode_device=cpu",
+                                         "pipelines.train.hybrid=null"),
                             "DALI, JPEG decode on CPU threads"),
         # the cache pipelines have their own parameters: those of the JPEG pipelines are dropped first
         "cache": Variant("cache", ("data.loader=dali", f"data.root={cache_dir(v)}", "~pipelines.train.params",
+                                   "pipelines.train.hybrid=null",
                                    "pipelines.train.use=imagenet_train_cache", *_size("train", train),
                                    "~pipelines.eval", "pipelines.eval.use=imagenet_eval_cache"),
                          "DALI from the pre-decoded cache (max side 256)"),
