@@ -11,7 +11,9 @@ from runner.commands.args import add_experiment, cpu_note, experiment_and_overri
 def register(sub) -> None:
     p = sub.add_parser("tune", help="measure decode placement, threads, prefetch...; write the best as overrides")
     add_experiment(p)
-    p.add_argument("--max-trials", type=int, default=12, help="end-to-end runs at most (each ~warmup+steps steps)")
+    p.add_argument("--max-trials", type=int, default=12,
+                   help="end-to-end runs in the search (each ~warmup+steps steps); then the winner and the "
+                        "experiment as written run once more")
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--window", type=int, default=25)
@@ -49,10 +51,10 @@ def run(args) -> int:
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console.out, disable=not console.interactive()) as bar:
-        task = bar.add_task("tuning", total=args.max_trials)
+        task = bar.add_task("tuning", total=args.max_trials + 2)  # + the winner and the baseline again
 
         def evaluate(settings: dict) -> Trial:
-            label = ", ".join(f"{k.rsplit('.', 1)[1]}={shown(val)}" for k, val in settings.items())
+            label = ", ".join(f"{k.rsplit('.', 1)[-1]}={shown(val)}" for k, val in settings.items())
             bar.update(task, description=f"trial: {label}")
             if not console.interactive():
                 console.out.print(f"trial {int(bar.tasks[0].completed) + 1}: {label}")
@@ -71,10 +73,14 @@ def run(args) -> int:
     rows = []
     for t in result.trials:
         r = t.result or {}
-        rows.append([*(shown(t.settings[k.key]) for k in ks), f"{t.images_per_s:,.0f}" if r else "failed",
+        role = ", ".join(name for name, is_it in (("best", t is result.best), ("as written", t is result.baseline))
+                         if is_it)
+        if t.repeats:
+            role += f" (mean of {1 + len(t.repeats)}: {t.images_per_s:,.0f})"
+        rows.append([*(shown(t.settings[k.key]) for k in ks), f"{r['images_per_s']:,.0f}" if r else "failed",
                      f"{100 * r['data_wait_share']:.1f}%" if r else "-",
                      f"{r['gpu_util_pct']:.0f}%" if r.get("gpu_util_pct") is not None else "-",
-                     "best" if t is result.best else ("baseline" if t is result.baseline else "")])
+                     "again" if t.repeat else role])
     console.out.print(console.table(f"runner tune {path}: {len(result.trials)} trials, {args.steps} steps each",
                                     [k.label for k in ks] + ["train img/s", "data wait", "GPU util", ""], rows,
                                     justify_numbers=False))
@@ -82,9 +88,10 @@ def run(args) -> int:
         if t.error:
             console.note(f"trial {t.settings} failed: {t.error}")
     machine = gpu_info().get("gpu.model") or "CPU"
+    means = " (means of two runs each)" if result.best.repeats else ""
     header = (f"runner tune {path} {' '.join(overrides)}".rstrip() + f"\n{machine}, {time.strftime('%Y-%m-%d')}: "
               f"{result.best.images_per_s:,.0f} img/s training, {100 * result.gain:+.1f}% over the experiment as "
-              f"written ({result.baseline.images_per_s:,.0f}).\nUse it: add `include: [THIS_FILE]` to the "
+              f"written ({result.baseline.images_per_s:,.0f}){means}.\nUse it: add `include: [THIS_FILE]` to the "
               "experiment, or pass these keys as overrides.")
     write_text_atomic(output, tuned_yaml(result, header.replace("THIS_FILE", output.name)))
     console.out.print(f"wrote {output}: " + " ".join(as_overrides(result.best.settings)))
