@@ -1,13 +1,17 @@
 """The GPU session behind docs/benchmarks.md, one phase per device call (../shared/DEVICE.md).
 
-    python3 bench/h200_session.py PHASE        # a..e, run from the repo root on the GPU machine
+    python3 bench/h200_session.py PHASE        # run from the repo root on the GPU machine
 
-Phases a-c each also carry one piece of the DALI/MLflow bundle (device-pack), so they do the work
-that needs no DALI: data, the decoded cache, the torchvision baseline and the synthetic ceiling. d
-unpacks the bundle and measures the DALI loaders eagerly; e with torch.compile, then the issue's
-`runner launch` check. Every measurement a ratio is taken from is in the same phase as its
-reference, as the targets ask. Results go to $OUT: phase-X.log (everything), phase-X.json
-(parsed numbers) and the `runner bench` folders.
+First session (docs/h200/2026-12-02/): phases a-c each also carry one piece of the DALI/MLflow bundle
+(device-pack), so they do the work that needs no DALI: data, the decoded cache, the torchvision
+baseline and the synthetic ceiling. d unpacks the bundle and measures the DALI loaders eagerly; e with
+torch.compile, then the issue's `runner launch` check; f the loader-only target again.
+Second session (docs/h200/2026-12-02-s2/): h (with piece 0) data and torchvision against anchor.py,
+alternated; k (with piece 3) torch.compile fed by GPU, CPU and hybrid decode; l the loader-only target
+and `runner tune`; then, on a fresh machine whose first call made the data, m: reserved cores and CUDA
+graphs. Every measurement a ratio is taken from is in the same phase as its reference, as the targets
+ask. Results go to $OUT: phase-X.log (everything), phase-X.json (parsed numbers) and the `runner bench`
+folders.
 """
 from __future__ import annotations
 
@@ -128,14 +132,71 @@ def phase_f() -> None:
           "data.prefetch=3", "tracking.enabled=false")
 
 
-def phase_g() -> None:
-    bench("bench_compiled_prio", "experiments/resnet50_dali.yaml", "dali", "e2e", "trainer.compile=true",
-          "pipelines.train.params.hw_decoder_load=0.99", "data.cuda_stream_priority=-5", "tracking.enabled=false")
-    bench("bench_eager_prio", "experiments/resnet50_dali.yaml", "synthetic,dali", "e2e",
-          "pipelines.train.params.hw_decoder_load=0.99", "data.cuda_stream_priority=-5", "tracking.enabled=false")
+# phase g measured data.cuda_stream_priority=-5, a key since removed: DALI 2.4 ignores the pipeline's
+# default_cuda_stream_priority (deprecated, "has no effect"), so that phase measured run-to-run noise.
 
 
-PHASES = {"g": phase_g, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+# ---- second session (2026-12-02, afternoon): a hybrid CPU+GPU decode, runner tune, torchvision re-checked
+HYBRID = ("pipelines.train.hybrid.params.decode_device=cpu",)
+
+
+def phase_h() -> None:
+    """Call 1 (no DALI yet): data, then the torchvision baseline and anchor.py's, alternated twice."""
+    run("machine", ["bash", "-c", "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm "
+                                  "--format=csv; nproc; python3 -c 'import torch; print(torch.__version__, "
+                                  "torch.version.cuda)'"])
+    run("synth", [*RUNNER, "data", "synth", SYNTH, "--classes", "100", "--per-class", "256", "--eval-per-class", "20"],
+        timeout=400)
+    for i in (1, 2):
+        anchor("e2e_tv", f"{SYNTH}/train")
+        results[f"anchor_e2e_tv_{i}"] = results.pop("anchor_e2e_tv")
+        bench(f"bench_tv_{i}", "experiments/resnet50_torchvision.yaml", "torchvision", "e2e", "tracking.enabled=false")
+
+
+def phase_k() -> None:
+    """Call 4 (DALI unpacked): torch.compile fed from JPEGs, GPU decode against hybrid CPU+GPU decode."""
+    compiled = ("trainer.compile=true", "pipelines.train.params.hw_decoder_load=0.99", "tracking.enabled=false")
+    bench("compiled_gpu", "experiments/resnet50_dali.yaml", "synthetic,dali", "e2e", *compiled)
+    for share in ("0.75", "0.65", "0.85"):
+        bench(f"compiled_hybrid{share}", "experiments/resnet50_dali.yaml", "dali", "e2e", *compiled, *HYBRID,
+              f"pipelines.train.hybrid.share={share}")
+    bench("compiled_hybrid0.75_t4", "experiments/resnet50_dali.yaml", "dali", "e2e", *compiled, *HYBRID,
+          "pipelines.train.hybrid.share=0.75", "data.num_threads=4", "pipelines.train.hybrid.num_threads=12")
+    bench("eager_hybrid", "experiments/resnet50_dali.yaml", "synthetic,dali", "loader,e2e", *compiled[1:], *HYBRID,
+          "pipelines.train.hybrid.share=0.75")
+
+
+def phase_l() -> None:
+    """Call 5: the loader-only target again, then runner tune with torch.compile."""
+    anchor("dali_fused", f"{SYNTH}/train")
+    bench("loader_fused", "experiments/resnet50_dali.yaml", "dali", "loader", "tracking.enabled=false")
+    run("tune_compiled", [*RUNNER, "tune", "experiments/resnet50_dali.yaml", "--max-trials", "10", "--warmup", "50",
+                          "--steps", "150", "--window", "25", "-o", str(OUT / "resnet50_dali.compiled.tuned.yaml"),
+                          "trainer.compile=true", "tracking.enabled=false"], timeout=560, need=200)
+
+
+def phase_m() -> None:
+    """A fresh machine (after phase l; data made in its first call): is the compiled GPU starved by DALI's threads
+    taking the training thread's cores? Cores reserved for the training loop, and CUDA graphs (less Python
+    launching), against the same without, with their ceilings in this call."""
+    off = ("tracking.enabled=false", "trainer.compile=true", "pipelines.train.params.hw_decoder_load=0.99")
+    share = (*HYBRID, "pipelines.train.hybrid.share=0.8")
+    bench("m_hybrid", "experiments/resnet50_dali.yaml", "synthetic,dali", "e2e", *off, *share)
+    bench("m_hybrid_reserved", "experiments/resnet50_dali.yaml", "dali", "e2e", *off, *share, "data.reserved_cores=2")
+    graphs = (*off, "trainer.compile_mode=reduce-overhead")
+    bench("m_graphs", "experiments/resnet50_dali.yaml", "synthetic,dali", "e2e", *graphs, *share)
+    bench("m_cpu_reserved", "experiments/resnet50_dali.yaml", "dali-cpu", "e2e", *off, "data.reserved_cores=2")
+    bench("m_graphs_reserved", "experiments/resnet50_dali.yaml", "dali", "e2e", *graphs, *share,
+          "data.reserved_cores=2")
+
+
+def phase_n() -> None:
+    """The one run above 95% in phase m (CPU decode on 14 pinned threads), repeated on the same machine."""
+    bench("n_cpu_reserved", "experiments/resnet50_dali.yaml", "synthetic,dali-cpu", "e2e", "tracking.enabled=false",
+          "trainer.compile=true", "data.reserved_cores=2")
+
+
+PHASES = {"n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
 
 
 def main(phase: str) -> int:
