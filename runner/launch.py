@@ -128,7 +128,7 @@ def log_run_inputs(v, tracker, world: int) -> None:
     from omegaconf import OmegaConf
 
     from runner import runinfo
-    from runner.commands.compile import compiled_source
+    from runner.plan import compiled_source
 
     tracker.set_tags(runinfo.run_tags(v, world))
     tracker.log_text(OmegaConf.to_yaml(v.loaded.resolved), "experiment.yaml")
@@ -143,7 +143,7 @@ def log_run_inputs(v, tracker, world: int) -> None:
 def run_worker(v, *, resume: str | None = None) -> int:
     """One training process: join the group, train, record, tear down."""
     from runner import checkpoint, dist
-    from runner.commands.launch import print_summary
+    from runner.summary import print_summary
     from runner.train import train
 
     d = dist.setup(v.target.accelerator)

@@ -201,3 +201,18 @@ def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkp
                         seed=dali_seed(loaded.config.seed, target.rank, role),
                         prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing,
                         set_affinity=data.reserved_cores > 0)
+
+
+def compiled_source(v, role: str) -> str:
+    """The role's pipeline (a runner.validate.Validated experiment's) as runnable DALI Python."""
+    from runner.dsl.emit import emit_source
+    from runner.errors import display_path
+
+    if v.config.data.loader != "dali":
+        raise ConfigError(f"data.loader is '{v.config.data.loader}': this experiment has no DALI pipeline to "
+                          "compile. Set data.loader=dali.", **v.loaded.where("data.loader"))
+    if role not in v.graphs:
+        raise ConfigError(f"the experiment has no {role} pipeline (pipelines.{role} is not set).",
+                          file=v.loaded.path, where=f"pipelines.{role}")
+    origin = display_path(v.loaded.path) + (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else "")
+    return emit_source(v.graphs[role], pipeline_args(v.loaded, role, v.target), origin=origin)

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from runner import console
 from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
-from runner.errors import ConfigError, display_path
-from runner.plan import HYBRID, pipeline_args
-from runner.validate import Validated
+from runner.plan import HYBRID, compiled_source
 
 
 def register(sub) -> None:
@@ -34,16 +32,3 @@ def run(args) -> int:
     else:
         print(source)
     return 0
-
-
-def compiled_source(v: Validated, role: str) -> str:
-    from runner.dsl.emit import emit_source
-
-    if v.config.data.loader != "dali":
-        raise ConfigError(f"data.loader is '{v.config.data.loader}': this experiment has no DALI pipeline to "
-                          "compile. Set data.loader=dali.", **v.loaded.where("data.loader"))
-    if role not in v.graphs:
-        raise ConfigError(f"the experiment has no {role} pipeline (pipelines.{role} is not set).",
-                          file=v.loaded.path, where=f"pipelines.{role}")
-    origin = display_path(v.loaded.path) + (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else "")
-    return emit_source(v.graphs[role], pipeline_args(v.loaded, role, v.target), origin=origin)
