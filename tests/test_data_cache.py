@@ -213,3 +213,18 @@ pipelines:
         assert sorted(seen) == sorted([k for k in range(3) for _ in range(samples // 3)])[:len(seen)]
         assert len(seen) == (12 if role == "train" else 6)
         loader.close()
+
+
+def test_check_and_fingerprint_read_a_cache_as_its_pipeline_does(src, tmp_path, capsys):
+    build_cache(src, tmp_path / "cache", max_side=MAX_SIDE, workers=1)
+    train = tmp_path / "cache" / "train"
+    code, out, _ = run_cli(["data", "fingerprint", train], capsys)
+    assert code == 0 and ": 12 files in 3 classes," in out
+    np.save(train / "c0" / "float.npy", np.zeros((4, 4), np.float32))
+    (train / "c1" / "cut.npy").write_bytes((train / "c1" / "000.jpg.npy").read_bytes()[:100])
+    code, out, _ = run_cli(["data", "check", train, "--workers", 1], capsys)
+    assert code == 1
+    assert "an array of float32 (4, 4); the cache pipelines take uint8 HxWx3" in out
+    assert "not a readable .npy array: EOF: reading array header" in out
+    assert "12 of 14 files decode (NPY 12)." in out
+    assert read_skip_list(train / DEFAULT_SKIP_LIST) == {"c0/float.npy", "c1/cut.npy"}

@@ -64,6 +64,22 @@ def filter_suffixes(file_filters: list[str] | tuple[str, ...] | None) -> tuple[s
     return tuple(f[1:].lower() for f in file_filters)
 
 
+CACHE_SUFFIXES = (".npy",)  # `runner data cache` output, read with file_filters=["*.npy"]
+
+
+def folder_suffixes(root: str | Path) -> tuple[str, ...]:
+    """The files a command should read in ROOT: images, or the .npy arrays of a decoded cache."""
+    try:
+        scan_image_folder(root)
+        return _SUFFIXES
+    except DataError as error:
+        try:
+            scan_image_folder(root, CACHE_SUFFIXES)
+        except DataError:
+            raise error from None
+        return CACHE_SUFFIXES
+
+
 def _sorted_names(names: list[str]) -> list[str]:
     return sorted(names, key=os.fsencode)  # DALI sorts std::strings: byte order
 
@@ -225,13 +241,14 @@ class CheckReport:
 
 
 def check_images(root: str | Path, *, workers: int | None = None, progress: Progress | None = None,
-                 start_method: str = "fork") -> CheckReport:
+                 start_method: str = "fork", suffixes: tuple[str, ...] | None = None) -> CheckReport:
     """Fully decode every file the reader would read under ROOT (in a process pool); list those that fail.
 
     Greyscale, CMYK, PNG, ... files that decode are fine (DALI converts them to RGB): they are only
-    counted. Files the reader passes over (other extensions, subfolders) are listed as `ignored`.
+    counted. Files the reader passes over (other extensions, subfolders) are listed as `ignored`. In a decoded
+    cache (.npy files) every array is loaded and must be uint8 height x width x 3.
     """
-    scan = scan_image_folder(root)
+    scan = scan_image_folder(root, suffixes or folder_suffixes(root))
     paths = [str(scan.root / path) for path, _ in scan.files]
     results = map_in_pool(_decode, paths, workers=workers, progress=progress, initializer=_decoder_setup,
                           start_method=start_method)
@@ -260,6 +277,8 @@ def _decode(path: str) -> tuple[str | None, str | None, str | None]:
     """(why it fails or None, Pillow's format, colour mode) for one file."""
     from PIL import Image, UnidentifiedImageError
 
+    if path.lower().endswith(CACHE_SUFFIXES):
+        return _load_array(path)
     try:
         size = os.stat(path).st_size
     except OSError as e:
@@ -285,6 +304,21 @@ def _decode(path: str) -> tuple[str | None, str | None, str | None]:
     if fmt not in DALI_DECODES:
         return f"{fmt} image: DALI's decoder does not read {fmt} (convert it to JPEG or PNG)", fmt, mode
     return None, fmt, mode
+
+
+def _load_array(path: str) -> tuple[str | None, str | None, str | None]:
+    """A decoded-cache file: (why it is unusable or None, "NPY", "RGB")."""
+    import numpy as np
+
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except OSError as e:
+        return _unreadable(path, e), None, None
+    except Exception as e:  # noqa: BLE001 - a bad header or a cut file, with numpy's reason
+        return f"not a readable .npy array: {str(e).splitlines()[0] if str(e) else type(e).__name__}", None, None
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
+        return f"an array of {array.dtype} {tuple(array.shape)}; the cache pipelines take uint8 HxWx3", "NPY", None
+    return None, "NPY", "RGB"
 
 
 _MAGIC = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG", "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"), (b"II*\0", "TIFF"),
