@@ -123,6 +123,7 @@ def test_server_dies_mid_run_and_returns(experiment, project, server):
     assert "epoch %d/%d done" % (EPOCHS, EPOCHS) in out
     run_id = re.search(r"│ run id\s+│ (\S+)", out)[1]
     assert f"run {run_id} at {server.uri} (runner ui to browse)" in out
+    assert "View run" not in out  # MLflow's own link lines: the summary already says where the run is
     assert not (project / "mlflow-offline").exists()
     assert_everything_arrived(server.uri, run_id)
     assert time.monotonic() - began < 90

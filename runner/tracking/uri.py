@@ -84,6 +84,8 @@ def server_command(uri: str, host: str, port: int) -> list[str]:
 
 def _client(uri: str) -> Any:
     store_env(uri)
+    # runner's own summary says where the run is; MLflow would also print "View run" links on stdout
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow import MlflowClient
     return MlflowClient(tracking_uri=uri)
 
