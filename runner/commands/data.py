@@ -134,9 +134,9 @@ def _decoded_line(report: CheckReport) -> str:
 
 
 def run_fingerprint(args) -> int:
-    from runner.data.scan import fingerprint, folder_suffixes
+    from runner.data.scan import fingerprint
 
-    fp = fingerprint(Path(args.dir), folder_suffixes(Path(args.dir)))
+    fp = fingerprint(Path(args.dir))
     console.out.print(f"{escape(display_path(Path(args.dir)))}: {fp['files']} files in {fp['classes']} classes, "
                       f"{fp['bytes']} bytes")
     console.out.print(f"sha256 {fp['sha256']}")

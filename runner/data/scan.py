@@ -67,17 +67,17 @@ def filter_suffixes(file_filters: list[str] | tuple[str, ...] | None) -> tuple[s
 CACHE_SUFFIXES = (".npy",)  # `runner data cache` output, read with file_filters=["*.npy"]
 
 
-def folder_suffixes(root: str | Path) -> tuple[str, ...]:
-    """The files a command should read in ROOT: images, or the .npy arrays of a decoded cache."""
+def scan_data_folder(root: str | Path, suffixes: tuple[str, ...] | None = None) -> ImageFolderScan:
+    """ROOT's files with these suffixes; without them, its images, or the .npy arrays of a decoded cache."""
+    if suffixes is not None:
+        return scan_image_folder(root, suffixes)
     try:
-        scan_image_folder(root)
-        return _SUFFIXES
+        return scan_image_folder(root)
     except DataError as error:
         try:
-            scan_image_folder(root, CACHE_SUFFIXES)
+            return scan_image_folder(root, CACHE_SUFFIXES)
         except DataError:
             raise error from None
-        return CACHE_SUFFIXES
 
 
 def _sorted_names(names: list[str]) -> list[str]:
@@ -184,13 +184,14 @@ def _empty_classes_message(root: Path, classes: list[str], empty: list[str], ign
             f"add images. Expected {LAYOUT}.")
 
 
-def fingerprint(root: str | Path, suffixes: tuple[str, ...] = _SUFFIXES) -> dict:
+def fingerprint(root: str | Path, suffixes: tuple[str, ...] | None = None) -> dict:
     """files, bytes, classes and a sha256 over the sorted lines "relative/path<TAB>size" of what the reader reads.
 
     Two machines with the same fingerprint train on the same file names and sizes (contents are not
-    hashed: that would read the whole dataset). A file that cannot be stat'ed counts as size -1.
+    hashed: that would read the whole dataset). A file that cannot be stat'ed counts as size -1. Without
+    `suffixes`: the images, or a decoded cache's arrays (see scan_data_folder).
     """
-    scan = scan_image_folder(root, suffixes)
+    scan = scan_data_folder(root, suffixes)
     lines, total = [], 0
     for path, _ in scan.files:
         size = _size(scan.root / path)
@@ -248,7 +249,7 @@ def check_images(root: str | Path, *, workers: int | None = None, progress: Prog
     counted. Files the reader passes over (other extensions, subfolders) are listed as `ignored`. In a decoded
     cache (.npy files) every array is loaded and must be uint8 height x width x 3.
     """
-    scan = scan_image_folder(root, suffixes or folder_suffixes(root))
+    scan = scan_data_folder(root, suffixes)
     paths = [str(scan.root / path) for path, _ in scan.files]
     results = map_in_pool(_decode, paths, workers=workers, progress=progress, initializer=_decoder_setup,
                           start_method=start_method)
