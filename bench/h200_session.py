@@ -79,12 +79,17 @@ def bench(name: str, experiment: str, loaders: str, modes: str, *overrides: str,
             (out / extra).unlink()
 
 
-def phase_a() -> None:
+def machine_and_data() -> None:
+    """The GPU, driver, cores and torch of this machine; the benchmark's JPEG set (runner data synth)."""
     run("machine", ["bash", "-c", "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm "
                                   "--format=csv; nproc; python3 -c 'import torch; print(torch.__version__, "
                                   "torch.version.cuda)'"])
     run("synth", [*RUNNER, "data", "synth", SYNTH, "--classes", "100", "--per-class", "256", "--eval-per-class", "20"],
         timeout=400)
+
+
+def phase_a() -> None:
+    machine_and_data()
     anchor("model")
     anchor("e2e_tv", f"{SYNTH}/train")
     bench("bench_tv", "experiments/resnet50_torchvision.yaml", "synthetic,torchvision", "e2e",
@@ -142,11 +147,7 @@ HYBRID = ("pipelines.train.hybrid.params.decode_device=cpu",)
 
 def phase_h() -> None:
     """Call 1 (no DALI yet): data, then the torchvision baseline and anchor.py's, alternated twice."""
-    run("machine", ["bash", "-c", "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm "
-                                  "--format=csv; nproc; python3 -c 'import torch; print(torch.__version__, "
-                                  "torch.version.cuda)'"])
-    run("synth", [*RUNNER, "data", "synth", SYNTH, "--classes", "100", "--per-class", "256", "--eval-per-class", "20"],
-        timeout=400)
+    machine_and_data()
     for i in (1, 2):
         anchor("e2e_tv", f"{SYNTH}/train")
         results[f"anchor_e2e_tv_{i}"] = results.pop("anchor_e2e_tv")
