@@ -83,17 +83,23 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
         checked = _check_shape(check_graph(graph, target="gpu", **place), role)
         if source.hybrid is None:
-            files = skip_file_list(loaded, role, checked)
-            if target.accelerator == "cpu" or files:
-                checked = check_graph(graph, target=target.accelerator, file_list=files, **place)
-            graphs[role] = checked
+            graphs[role] = _placed(graph, checked, target, skip_file_list(loaded, role, checked), place)
             continue
         copy = parse_pipeline(bind_params(source.hybrid.copy_of(source), loaded.config.data))
-        _check_shape(check_graph(copy, target="gpu", **place), role)
+        copy_checked = _check_shape(check_graph(copy, target="gpu", **place), role)
         base_list, copy_list = hybrid_file_lists(loaded, checked)
-        graphs[role] = check_graph(graph, target=target.accelerator, file_list=base_list, **place)
-        graphs[HYBRID] = check_graph(copy, target=target.accelerator, file_list=copy_list, **place)
+        graphs[role] = _placed(graph, checked, target, base_list, place)
+        graphs[HYBRID] = _placed(copy, copy_checked, target, copy_list, place)
     return graphs
+
+
+def _placed(graph, as_written, target: Target, files: str | None, place: dict):
+    """The graph checked for this machine: `as_written` (the GPU check) unless the CPU or a file list changes it."""
+    from runner.dsl.check import check_graph
+
+    if target.accelerator == "cpu" or files:
+        return check_graph(graph, target=target.accelerator, file_list=files, **place)
+    return as_written
 
 
 def _check_shape(checked, role: str):

@@ -54,7 +54,7 @@ def run(args) -> int:
         task = bar.add_task("tuning", total=args.max_trials + 2)  # + the winner and the baseline again
 
         def evaluate(settings: dict) -> Trial:
-            label = ", ".join(f"{k.rsplit('.', 1)[-1]}={shown(val)}" for k, val in settings.items())
+            label = ", ".join(f"{k.rsplit('.', 1)[-1]}={val}" for k, val in settings.items())
             bar.update(task, description=f"trial: {label}")
             if not console.interactive():
                 console.out.print(f"trial {int(bar.tasks[0].completed) + 1}: {label}")
@@ -77,7 +77,7 @@ def run(args) -> int:
                          if is_it)
         if t.repeats:
             role += f" (mean of {1 + len(t.repeats)}: {t.images_per_s:,.0f})"
-        rows.append([*(shown(t.settings[k.key]) for k in ks), f"{r['images_per_s']:,.0f}" if r else "failed",
+        rows.append([*(str(t.settings[k.key]) for k in ks), f"{r['images_per_s']:,.0f}" if r else "failed",
                      f"{100 * r['data_wait_share']:.1f}%" if r else "-",
                      f"{r['gpu_util_pct']:.0f}%" if r.get("gpu_util_pct") is not None else "-",
                      "again" if t.repeat else role])
@@ -96,7 +96,3 @@ def run(args) -> int:
     write_text_atomic(output, tuned_yaml(result, header.replace("THIS_FILE", output.name)))
     console.out.print(f"wrote {output}: " + " ".join(as_overrides(result.best.settings)))
     return 0
-
-
-def shown(value) -> str:
-    return "off" if value is None else str(value)

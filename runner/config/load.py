@@ -257,11 +257,7 @@ def _pipeline(role: str, spec: PipelineConfig, experiment: Path, locate: _Source
     if not spec.hybrid.params:
         raise _error(locate, key, "sets no params, so the copy would be the same pipeline twice; set the "
                                   f"parameters the copy changes in '{key}.params', e.g. {{decode_device: cpu}}.")
-    for name in spec.hybrid.params:
-        if name not in source.params:
-            raise _error(locate, f"{key}.params.{name}",
-                         f"pipeline '{source.name}' has no parameter '{name}'.{did_you_mean(name, source.params)} "
-                         f"Its parameters: {list_names(source.params, 40) or 'none'}.")
+    _check_param_names(locate, f"{key}.params", spec.hybrid.params, source.name, source.params)
     return dataclasses.replace(source, hybrid=HybridSource(share=spec.hybrid.share, params=dict(spec.hybrid.params),
                                                             num_threads=spec.hybrid.num_threads))
 
@@ -302,17 +298,22 @@ def _pipeline_from_file(role: str, spec: PipelineConfig, experiment: Path, locat
     except OmegaConfBaseException as e:
         raise ConfigError(f"cannot resolve interpolation: {_first_line(e)}.", file=path) from None
     body = build(_PipelineFile, data, "", lambda k: (path, src.line(k)))
-    for name in spec.params:
-        if name not in body.params:
-            raise _error(locate, f"{key}.params.{name}",
-                         f"pipeline '{spec.use}' has no parameter '{name}'.{did_you_mean(name, body.params)} "
-                         f"Its parameters: {list_names(body.params, 40) or 'none'}.")
+    _check_param_names(locate, f"{key}.params", spec.params, spec.use, body.params)
     return PipelineSource(
         role=role, name=path.stem, file=path, steps_key="steps", steps=tuple(body.steps),
         step_lines=tuple(src.line(f"steps[{i}]") for i in range(len(body.steps))),
         outputs=tuple(body.outputs), outputs_line=src.line("outputs"),
         params={**body.params, **spec.params}, explicit_params=frozenset(spec.params),
         description=body.description)
+
+
+def _check_param_names(locate: _Sources, key: str, names, pipeline: str, declared: dict[str, Any]) -> None:
+    """Every name set under `key` is a parameter the pipeline declares."""
+    for name in names:
+        if name not in declared:
+            raise _error(locate, f"{key}.{name}",
+                         f"pipeline '{pipeline}' has no parameter '{name}'.{did_you_mean(name, declared)} "
+                         f"Its parameters: {list_names(declared, 40) or 'none'}.")
 
 
 def _error(locate: _Sources, key: str, message: str) -> ConfigError:
