@@ -79,6 +79,11 @@ def bench(name: str, experiment: str, loaders: str, modes: str, *overrides: str,
             (out / extra).unlink()
 
 
+def phase_p1() -> None:
+    """First call on a fresh machine: what it is, and the data."""
+    machine_and_data()
+
+
 def machine_and_data() -> None:
     """The GPU, driver, cores and torch of this machine; the benchmark's JPEG set (runner data synth)."""
     run("machine", ["bash", "-c", "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm "
@@ -197,7 +202,32 @@ def phase_n() -> None:
           "trainer.compile=true", "data.reserved_cores=2")
 
 
-PHASES = {"n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+# ---- third session (2026-12-03): where the compiled step loses time when fed from JPEGs, and files dealt by size
+COMPILED = ("tracking.enabled=false", "trainer.compile=true", "pipelines.train.params.hw_decoder_load=0.99")
+
+
+def profile(name: str, *overrides: str) -> None:
+    """bench/profile_step.py: a CUDA trace and per-thread CPU time of 30 bare training steps."""
+    run(name, [sys.executable, "bench/profile_step.py", "experiments/resnet50_dali.yaml", "--warmup", "60",
+                     "--steps", "30", "--out", str(OUT / name), *overrides], timeout=300, need=90)
+    if (OUT / name / "profile.json").exists():
+        results[name]["profile"] = json.loads((OUT / name / "profile.json").read_text())
+
+
+def phase_p() -> None:
+    """Round 1 (DALI unpacked): the ceiling, profiles of GPU, hybrid and CPU decode, then the hybrid with the CPU
+    copy dealt the smallest files, and the ceiling again."""
+    bench("p_ceiling", "experiments/resnet50_dali.yaml", "synthetic", "e2e", *COMPILED)
+    profile("p_prof_gpu", *COMPILED)
+    profile("p_prof_hybrid", *COMPILED, *HYBRID, "pipelines.train.hybrid.share=0.8")
+    profile("p_prof_cpu", *COMPILED, "pipelines.train.params.decode_device=cpu")
+    for share in ("0.8", "0.85", "0.9"):
+        bench(f"p_hybrid_smallest{share}", "experiments/resnet50_dali.yaml", "dali", "e2e", *COMPILED, *HYBRID,
+              f"pipelines.train.hybrid.share={share}", "pipelines.train.hybrid.deal=smallest")
+    bench("p_ceiling_again", "experiments/resnet50_dali.yaml", "synthetic", "e2e", *COMPILED)
+
+
+PHASES = {"p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
 
 
 def main(phase: str) -> int:
@@ -207,6 +237,10 @@ def main(phase: str) -> int:
         results["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
         PHASES[phase]()
     (OUT / f"phase-{phase}.json").write_text(json.dumps(results, indent=1, default=str))
+    folders = [p.name for p in OUT.iterdir() if p.is_dir()]
+    if folders:  # one archive: a call brings back 8 files at most
+        subprocess.run(["tar", "-czf", str(OUT / f"phase-{phase}.tar.gz"), "-C", str(OUT), *folders], check=True)
+        subprocess.run(["rm", "-r", *[str(OUT / f) for f in folders]], check=True)
     return 0
 
 

@@ -126,8 +126,9 @@ def hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
 
 
 def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str | None]:
-    """The split's files dealt at random (the experiment's seed) between the two copies, in proportion to their
-    part of each batch, as two reader file lists; (None, None) while the split does not exist yet."""
+    """The split's files dealt between the two copies in proportion to their part of each batch, at random (the
+    experiment's seed) or by size (hybrid.deal), as two reader file lists; (None, None) while the split does not
+    exist yet."""
     import random
 
     from runner.data.skips import readable_files, write_file_list
@@ -146,6 +147,9 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
     files = readable_files(folder, reader_suffixes(graph), keep_skipped=not loaded.config.data.skip_bad_files)
     order = list(range(len(files)))
     random.Random(loaded.config.seed).shuffle(order)
+    deal = loaded.pipelines["train"].hybrid.deal
+    if deal != "random":  # decode time grows with the file: hand the cheap (or dear) ones to the copy
+        order.sort(key=lambda i: (folder / files[i][0]).stat().st_size, reverse=deal == "smallest")
     cut = round(len(files) * base / (base + copy))
     parts = (sorted(order[:cut]), sorted(order[cut:]))
     return tuple(str(write_file_list(folder, [files[i] for i in part], tag)) for part, tag in zip(parts, ("a", "b")))

@@ -147,6 +147,22 @@ def test_a_hybrid_pipeline_makes_every_batch_from_both_copies(project, image_dat
         assert len(seen) == len(set(seen)) == world * steps * batch, "a sample was read twice in an epoch"
 
 
+@pytest.mark.parametrize("deal", ["smallest", "largest"])
+def test_a_hybrid_copy_can_be_dealt_the_smallest_or_largest_files(project, image_dataset, deal):
+    from runner.plan import HYBRID as COPY
+
+    path = project / "experiments" / "hybrid.yaml"
+    path.write_text(HYBRID.format(root=image_dataset, batch=4, share=0.75).replace(
+        "params: {key: source_info}}", f"params: {{key: source_info}}, deal: {deal}}}"))
+    v = validate(path, accelerator="cpu")
+    copy_files = listed(dict(v.graphs[COPY].steps[0].node.kwargs)["file_list"].value)
+    by_size = sorted((f"c{c}/{i:03d}.jpg" for c in range(3) for i in range(8)),
+                     key=lambda f: (image_dataset / "train" / f).stat().st_size)
+    assert len(copy_files) == 18
+    assert set(copy_files) == set(by_size[:18] if deal == "smallest" else by_size[-18:])
+    assert len({(image_dataset / "train" / f).stat().st_size for f in by_size}) > 20, "sizes must differ to test"
+
+
 def test_a_hybrid_loader_resumes_both_copies_where_they_stopped(project, image_dataset):
     _, [whole] = hybrid_loaders(project, image_dataset, 4, 0.5, 1, checkpointing=True)
     first = [names(b[0]) for b in whole.epoch()]

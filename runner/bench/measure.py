@@ -92,53 +92,60 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
             "steps": result.steps - warmup, "batch": batch, "final_loss": kept[-1]["train/loss"]}
 
 
-def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
-    """The same loader and model in the plainest loop (anchor.py's): what runner's extras are compared with."""
-    from torch import nn
+class BareStep:
+    """The same loader and model in the plainest loop (anchor.py's): what runner's extras are compared with.
+    Calling it runs one training step; `wait` accumulates the seconds spent in `next()`."""
 
-    from runner.loaders import create_loader
-    from runner.models import create_model
-    from runner.optim import create_optimizer
-    from runner.train import autocast_args, compiled, configure_torch, step_begin
+    def __init__(self, v, d: Dist):
+        from torch import nn
 
-    cfg, tc = v.config, v.config.trainer
-    configure_torch(cfg, d)
-    model = create_model(cfg.model).to(d.device)
-    if tc.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    opt = create_optimizer(model, cfg.optimizer, cfg.data.batch_size)
-    net = compiled(model, tc)
-    crit = nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)
-    amp = autocast_args(tc.precision, d.device)
-    batches = _batches(create_loader(v, "train", d))
-    wait = 0.0
+        from runner.loaders import create_loader
+        from runner.models import create_model
+        from runner.optim import create_optimizer
+        from runner.train import autocast_args, compiled, configure_torch
 
-    def step():
-        nonlocal wait
+        cfg, self.tc = v.config, v.config.trainer
+        configure_torch(cfg, d)
+        model = create_model(cfg.model).to(d.device)
+        if self.tc.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.opt = create_optimizer(model, cfg.optimizer, cfg.data.batch_size)
+        self.net = compiled(model, self.tc)
+        self.crit = nn.CrossEntropyLoss(label_smoothing=self.tc.label_smoothing)
+        self.amp = autocast_args(self.tc.precision, d.device)
+        self.batches = _batches(create_loader(v, "train", d))
+        self.wait = 0.0
+
+    def __call__(self) -> torch.Tensor:
+        from runner.train import step_begin
+
         t0 = time.perf_counter()
-        x, y = next(batches)
-        wait += time.perf_counter() - t0
-        if tc.channels_last:
+        x, y = next(self.batches)
+        self.wait += time.perf_counter() - t0
+        if self.tc.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        step_begin(tc)
-        with torch.autocast(**amp):
-            loss = crit(net(x).float(), y)
-        opt.zero_grad(set_to_none=True)
+        step_begin(self.tc)
+        with torch.autocast(**self.amp):
+            loss = self.crit(self.net(x).float(), y)
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        self.opt.step()
         return loss
 
+
+def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
+    step = BareStep(v, d)
     for _ in range(warmup):
         step()
     _sync(d)
-    wait = 0.0
+    step.wait = 0.0
     t = time.perf_counter()
     for _ in range(steps):
         loss = step()
     _sync(d)
     dt = time.perf_counter() - t
-    return {"images_per_s": steps * cfg.data.batch_size / dt, "data_wait_share": wait / dt, "seconds": dt,
-            "steps": steps, "final_loss": loss.item()}
+    return {"images_per_s": steps * v.config.data.batch_size / dt, "data_wait_share": step.wait / dt,
+            "seconds": dt, "steps": steps, "final_loss": loss.item()}
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:

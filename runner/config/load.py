@@ -47,6 +47,7 @@ class HybridSource:
     share: float
     params: dict[str, Any]             # the copy's changed params
     num_threads: int | str
+    deal: str = "random"               # random | smallest | largest: which files the copy reads
 
     def copy_of(self, source: PipelineSource) -> PipelineSource:
         return dataclasses.replace(source, params={**source.params, **self.params}, hybrid=None,
@@ -259,7 +260,7 @@ def _pipeline(role: str, spec: PipelineConfig, experiment: Path, locate: _Source
                                   f"parameters the copy changes in '{key}.params', e.g. {{decode_device: cpu}}.")
     _check_param_names(locate, f"{key}.params", spec.hybrid.params, source.name, source.params)
     return dataclasses.replace(source, hybrid=HybridSource(share=spec.hybrid.share, params=dict(spec.hybrid.params),
-                                                            num_threads=spec.hybrid.num_threads))
+                                                            num_threads=spec.hybrid.num_threads, deal=spec.hybrid.deal))
 
 
 def _graph_source(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:

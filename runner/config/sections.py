@@ -124,6 +124,9 @@ class HybridConfig:
     share: float = bounded(0.75, gt=0, lt=1)    # of every batch, made by the copy
     params: dict[str, Any] = field(default_factory=dict)  # the copy's params, e.g. {decode_device: cpu}
     num_threads: int | Literal["auto"] = bounded("auto", ge=1)  # the copy's DALI CPU threads; auto: data.num_threads
+    # which files the copy gets: a random deal, or the split's smallest (largest) files, e.g. the cheapest
+    # decodes for a copy that decodes on the CPU
+    deal: Literal["random", "smallest", "largest"] = "random"
 
 
 @dataclass(frozen=True, kw_only=True)

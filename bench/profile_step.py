@@ -1,0 +1,167 @@
+"""Where a training step's time goes with one loader setting: a CUDA trace plus every thread's CPU time.
+
+    python bench/profile_step.py EXPERIMENT [--warmup 60] [--steps 30] [--out DIR] [key=value ...]
+
+Runs `runner bench`'s bare training step (runner.bench.measure.BareStep: the experiment's loader and model,
+nothing else) under torch.profiler, and reads /proc for each thread of the process before and after.
+Prints a summary and writes DIR/profile.json and DIR/trace.json.gz (a Chrome trace for Perfetto).
+
+What it answers: how long the GPU sits idle between kernels; how much kernel time the loader's CUDA
+streams take next to the model's; which CUDA calls block and on which thread; whether the training thread
+waits for a core (run-queue delay, /proc/PID/task/TID/schedstat) while the loader's threads decode.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BLOCKING = re.compile(r"Synchronize|Free|Malloc|HostAlloc|HostRegister|MemAlloc|EventQuery|StreamQuery|Memcpy(?!Async)")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_times() -> dict[int, dict]:
+    """tid -> name, CPU seconds and run-queue wait seconds so far (Linux /proc)."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            run_ns, wait_ns, _ = (task / "schedstat").read_text().split()
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        out[int(task.name)] = {"name": name, "cpu_s": (int(fields[11]) + int(fields[12])) / TICK,
+                               "runqueue_s": int(wait_ns) / 1e9}
+    return out
+
+
+def thread_summary(before: dict, after: dict, seconds: float) -> list[dict]:
+    """Threads grouped by name (the training thread apart): share of a core used and time spent runnable but
+    waiting for one, over the profiled window."""
+    groups: dict[str, dict] = defaultdict(lambda: {"threads": 0, "cpu_s": 0.0, "runqueue_s": 0.0})
+    for tid, now in after.items():
+        then = before.get(tid, {"cpu_s": 0.0, "runqueue_s": 0.0})
+        name = "training thread (main)" if tid == os.getpid() else re.sub(r"\d+$", "#", now["name"])
+        g = groups[name]
+        g["threads"] += 1
+        g["cpu_s"] += now["cpu_s"] - then["cpu_s"]
+        g["runqueue_s"] += now["runqueue_s"] - then["runqueue_s"]
+    rows = [{"threads": k, "count": g["threads"], "cores_busy": round(g["cpu_s"] / seconds, 2),
+             "runqueue_wait_pct_of_window": round(100 * g["runqueue_s"] / seconds, 1)} for k, g in groups.items()]
+    return sorted(rows, key=lambda r: -r["cores_busy"])
+
+
+def union_ms(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total / 1000
+
+
+def gaps(intervals: list[tuple[float, float]], over_us: float = 100) -> list[float]:
+    found, end = [], None
+    for a, b in sorted(intervals):
+        if end is not None and a - end > over_us:
+            found.append((a - end) / 1000)
+        end = b if end is None else max(end, b)
+    return found
+
+
+def trace_summary(events: list[dict], steps: int, main_tid: int) -> dict:
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in gpu]
+    span_ms = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1000
+    streams: dict[int, dict] = defaultdict(lambda: {"kernels": 0, "kernel_ms": 0.0, "copy_ms": 0.0,
+                                                     "by_name": defaultdict(float)})
+    for e in gpu:
+        s = streams[e.get("args", {}).get("stream", -1)]
+        if e["cat"] == "kernel":
+            s["kernels"] += 1
+            s["kernel_ms"] += e["dur"] / 1000
+            s["by_name"][e["name"][:80]] += e["dur"] / 1000
+        else:
+            s["copy_ms"] += e["dur"] / 1000
+    per_stream = {}
+    for sid, s in sorted(streams.items(), key=lambda kv: -kv[1]["kernel_ms"]):
+        top = sorted(s["by_name"].items(), key=lambda kv: -kv[1])[:6]
+        per_stream[str(sid)] = {"kernels_per_step": round(s["kernels"] / steps, 1),
+                                "kernel_ms_per_step": round(s["kernel_ms"] / steps, 2),
+                                "copy_ms_per_step": round(s["copy_ms"] / steps, 2),
+                                "top_kernels_ms_per_step": {k: round(v / steps, 3) for k, v in top}}
+    idle = gaps(spans)
+    calls: dict[tuple, list] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and BLOCKING.search(e["name"]):
+            calls[(e["name"], "main" if e.get("tid") == main_tid else "other")].append(e["dur"] / 1000)
+    blocking = sorted(({"call": k[0], "thread": k[1], "count": len(v), "total_ms": round(sum(v), 2),
+                        "max_ms": round(max(v), 2)} for k, v in calls.items()), key=lambda r: -r["total_ms"])
+    return {"gpu_span_ms": round(span_ms, 1), "gpu_busy_pct": round(100 * union_ms(spans) / span_ms, 1),
+            "idle_gaps_over_100us": {"count": len(idle), "total_ms": round(sum(idle), 1),
+                                     "largest_ms": [round(g, 2) for g in sorted(idle)[-5:]]},
+            "streams": per_stream, "blocking_calls": blocking[:15]}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("experiment")
+    ap.add_argument("overrides", nargs="*")
+    ap.add_argument("--warmup", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=Path("bench-out/profile"))
+    args = ap.parse_intermixed_args(argv)
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from runner.bench.measure import BareStep, _sync
+    from runner.dist import setup
+    from runner.launch import torch_threads
+    from runner.validate import validate
+
+    v = validate(args.experiment, ["tracking.enabled=false", *args.overrides])
+    d = setup(v.target.accelerator)
+    torch_threads(d)
+    step = BareStep(v, d)
+    for _ in range(args.warmup):
+        step()
+    _sync(d)
+    step.wait = 0.0
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
+    before, t = thread_times(), time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(args.steps):
+            step()
+        _sync(d)
+    seconds, after = time.perf_counter() - t, thread_times()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        text = raw.read_text()
+    with gzip.open(args.out / "trace.json.gz", "wt") as f:
+        f.write(text)
+    batch = v.config.data.batch_size
+    summary = {"experiment": args.experiment, "overrides": args.overrides, "steps": args.steps,
+               "images_per_s_profiled": round(args.steps * batch / seconds), "data_wait_pct": round(100 * step.wait / seconds, 1),
+               "threads": thread_summary(before, after, seconds)}
+    if d.device.type == "cuda":
+        summary.update(trace_summary(json.loads(text)["traceEvents"], args.steps, os.getpid()))
+    (args.out / "profile.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
