@@ -206,6 +206,10 @@ CASES = [
     Case("compile mode torch does not have", args=[*VALIDATE, "trainer.compile_mode=fast"],
          expected="command line 'trainer.compile_mode=fast': trainer.compile_mode: 'fast' is not valid; expected one "
                   "of: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs."),
+    Case("hybrid deal that does not exist", args=[*VALIDATE, "pipelines.train.hybrid.params.size=32",
+                                                  "pipelines.train.hybrid.deal=small"],
+         expected="command line 'pipelines.train.hybrid.deal=small': pipelines.train.hybrid.deal: 'small' is not "
+                  "valid; expected one of: random, smallest, largest. Did you mean 'smallest'?"),
     Case("hybrid copy without params", args=[*VALIDATE, "pipelines.train.hybrid.share=0.5"],
          expected="command line 'pipelines.train.hybrid.share=0.5': pipelines.train.hybrid: sets no params, so the "
                   "copy would be the same pipeline twice; set the parameters the copy changes in "

@@ -106,19 +106,20 @@ def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
 
     v = validate(tiny, accelerator="gpu")
     ks = knobs(v)
-    assert next(k for k in ks if k.key == CPU_SHARE).values == (0.0, 1.0, 0.5, 0.7, 0.85)
+    assert next(k for k in ks if k.key == CPU_SHARE).values == (0.0, 1.0, 0.6, 0.7, 0.8)
     start = baseline_settings(v, ks)
     assert start[CPU_SHARE] == 0.0  # imagenet_train decodes on the GPU as written
     expected = {0.0: {"pipelines.train.params.decode_device=mixed", "pipelines.train.hybrid=null"},
                 1.0: {"pipelines.train.params.decode_device=cpu", "pipelines.train.hybrid=null"},
                 0.7: {"pipelines.train.params.decode_device=mixed", "pipelines.train.hybrid.share=0.7",
-                      "pipelines.train.hybrid.params.decode_device=cpu"}}
+                      "pipelines.train.hybrid.params.decode_device=cpu", "pipelines.train.hybrid.deal=smallest"}}
     for share, overrides in expected.items():
         assert overrides <= set(as_overrides({**start, CPU_SHARE: share}))
     hybrid = validate(tiny, as_overrides({**start, CPU_SHARE: 0.7}), accelerator="gpu").loaded.pipelines["train"].hybrid
-    assert (hybrid.share, hybrid.params) == (0.7, {"decode_device": "cpu"})
+    assert (hybrid.share, hybrid.params, hybrid.deal) == (0.7, {"decode_device": "cpu"}, "smallest")
     written = yaml.safe_load(tuned_yaml(TuneResult(baseline=Trial(start), best=Trial({**start, CPU_SHARE: 0.7})), "h"))
-    assert written["pipelines"]["train"]["hybrid"] == {"share": 0.7, "params": {"decode_device": "cpu"}}
+    assert written["pipelines"]["train"]["hybrid"] == {"share": 0.7, "params": {"decode_device": "cpu"},
+                                                       "deal": "smallest"}
     # the experiment as written, when it already splits the batch
     assert baseline_settings(validate(tiny, ["pipelines.train.hybrid.share=0.6",
                                              "pipelines.train.hybrid.params.decode_device=cpu"], accelerator="gpu"),
