@@ -248,23 +248,14 @@ def phase_q() -> None:
     bench("q_s80_again", "experiments/resnet50_dali.yaml", "dali", "e2e", *COMPILED, *SMALLEST, *Q_VARIANTS["q_s80"])
 
 
-def e2e_rate(result: dict) -> float:
-    rows = (result.get("bench") or {}).get("rows") or [{}]
-    return ((rows[0].get("e2e") or {}).get("images_per_s")) or 0.0
-
-
 def phase_r() -> None:
-    """Round 2, second call: phase q's two fastest variants (read from this machine's /tmp), each twice, alternated,
-    between ceilings: the repeat that decides which setting is reported."""
-    found = Path("/tmp/phase-q.json")  # phase q on this machine, else on an earlier one (its committed copy)
-    q = json.loads((found if found.exists() else Path("docs/h200/2026-12-03/phase-q.json")).read_text())
-    best = sorted(Q_VARIANTS, key=lambda n: -max(e2e_rate(q.get(n, {})), e2e_rate(q.get(n + "_again", {}))))[:2]
-    results["chosen"] = best
+    """Round 3, on a fresh machine: the shipped experiments/resnet50_dali_compiled.yaml (phase q's fastest setting,
+    prefetch 3) with its ceiling, and the same with prefetch 2, twice each, alternated."""
     for i in (1, 2):
-        bench(f"r_ceiling_{i}", "experiments/resnet50_dali.yaml", "synthetic", "e2e", *COMPILED)
-        for name in best:
-            bench(f"r_{name[2:]}_{i}", "experiments/resnet50_dali.yaml", "dali", "e2e", *COMPILED, *SMALLEST,
-                  *Q_VARIANTS[name])
+        bench(f"r_shipped_{i}", "experiments/resnet50_dali_compiled.yaml", "synthetic,dali", "e2e",
+              "tracking.enabled=false")
+        bench(f"r_prefetch2_{i}", "experiments/resnet50_dali_compiled.yaml", "dali", "e2e", "tracking.enabled=false",
+              "data.prefetch=2")
 
 
 PHASES = {"r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}

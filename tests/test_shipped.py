@@ -19,6 +19,16 @@ def test_experiment_validates(path, capsys, monkeypatch):
     assert out.startswith(f"OK experiments/{path.name}")
 
 
+def test_the_compiled_experiment_splits_each_batch_and_validate_says_how(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out, err = run_cli(["validate", "experiments/resnet50_dali_compiled.yaml"], capsys)
+    assert code == 0, err
+    text = " ".join(out.replace("│", " ").split())  # the table's cells, unwrapped
+    assert "torch.compile" in text
+    assert "51 of each batch" in text
+    assert "205 of each batch with decode_device=cpu, from the smallest files" in text
+
+
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
 def test_pipeline_checks_on_both_targets(path, target, project):

@@ -57,10 +57,14 @@ def print_validated(v: Validated) -> None:
                      f"{len(g.steps)} steps -> {', '.join(o.name for o in g.outputs)}; {g.target}"
                      + (", conditionals" if g.conditionals else "")
                      + (f"; {parts[role]} of each batch" if role in parts else "")
-                     + (" with " + ", ".join(f"{k}={val}" for k, val in v.loaded.pipelines["train"].hybrid.params.items())
-                        if role == HYBRID else "")])
+                     + (_copy_note(v.loaded.pipelines["train"].hybrid) if role == HYBRID else "")])
     rows.append(["tracking", (cfg.tracking.uri or "$MLFLOW_TRACKING_URI or ./mlflow.db") + f", experiment "
                  f"'{cfg.tracking.experiment}'" if cfg.tracking.enabled else "off"])
     console.out.print(f"[green]OK[/] {display_path(v.loaded.path)}" +
                       (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else ""))
     console.out.print(console.table(None, ["", ""], rows, justify_numbers=False))
+
+
+def _copy_note(hybrid) -> str:
+    files = {"random": "", "smallest": ", from the smallest files", "largest": ", from the largest files"}[hybrid.deal]
+    return " with " + ", ".join(f"{k}={val}" for k, val in hybrid.params.items()) + files
