@@ -9,7 +9,10 @@ torch.compile, then the issue's `runner launch` check; f the loader-only target 
 Second session (docs/h200/2026-12-02-s2/): h (with piece 0) data and torchvision against anchor.py,
 alternated; k (with piece 3) torch.compile fed by GPU, CPU and hybrid decode; l the loader-only target
 and `runner tune`; then, on a fresh machine whose first call made the data, m: reserved cores and CUDA
-graphs. Every measurement a ratio is taken from is in the same phase as its reference, as the targets
+graphs. Third session (docs/h200/2026-12-03/): p1 (with piece 0) the data on each fresh machine; p profiles
+(bench/profile_step.py) and the smallest-files hybrid; q, on a second machine, variants of it; r, the shipped
+experiments/resnet50_dali_compiled.yaml twice against its ceiling (not run: no machine was lent). Every
+measurement a ratio is taken from is in the same phase as its reference, as the targets
 ask. Results go to $OUT: phase-X.log (everything), phase-X.json (parsed numbers) and the `runner bench`
 folders.
 """

@@ -140,3 +140,19 @@ def test_a_variant_that_fails_in_its_process_reports_why(tiny, project, capsys):
            "core(s) leave DALI's threads none: this process has " in err
     row = json.loads((project / "b" / "bench.json").read_text())["rows"][0]
     assert row["loader"] is None and row["errors"]["loader"].startswith("dali (loader): command line")
+
+
+def test_a_chart_title_names_the_machine_and_the_overrides_wrapped():
+    from runner.bench.report import chart_title
+    from runner.bench.suite import BenchResult
+
+    result = BenchResult(experiment="experiments/rn50.yaml", machine={"gpu.model": "NVIDIA H200"}, settings={},
+                         rows=[], started="2026-12-03 07:43:56",
+                         overrides=["trainer.compile=true", "pipelines.train.hybrid.share=0.8", "data.prefetch=3"])
+    assert chart_title(result, width=40).splitlines() == [
+        "rn50.yaml on NVIDIA H200 (2026-12-03 07:43:56)",
+        "trainer.compile=true",
+        "pipelines.train.hybrid.share=0.8",
+        "data.prefetch=3"]
+    assert chart_title(BenchResult(**{**result.__dict__, "overrides": [], "machine": {}})) == \
+        "rn50.yaml on CPU (2026-12-03 07:43:56)"

@@ -68,7 +68,7 @@ def chart(result: BenchResult, path: Path) -> Path:
                 if mode in result.rows[i].errors:
                     ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
                 continue
-            share = f" ({100 * val / result.ceiling:.0f}%)" if mode == "e2e" and result.ceiling else ""
+            share = f" ({100 * val / result.ceiling:.1f}%)" if mode == "e2e" and result.ceiling else ""
             ax.text(val, i, f" {val:,.0f}{share}", va="center", fontsize=9)
         if mode == "e2e" and result.ceiling:
             ax.axvline(result.ceiling, color="black", linestyle="--", linewidth=1)
@@ -76,9 +76,19 @@ def chart(result: BenchResult, path: Path) -> Path:
         ax.margins(x=0.25)
     axes[0].set_yticks(list(y), names)
     axes[0].invert_yaxis()
-    machine = result.machine.get("gpu.model") or result.machine.get("cpu", "CPU")
-    fig.suptitle(f"{Path(result.experiment).name} on {machine} ({result.started})", fontsize=11)
+    title = chart_title(result, width=int(18 * fig.get_figwidth()))
+    fig.suptitle(title, fontsize=11 if "\n" not in title else 9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def chart_title(result: BenchResult, width: int = 100) -> str:
+    """The experiment, machine and time, then the command line's overrides: two charts of one experiment differ
+    there."""
+    import textwrap
+
+    machine = result.machine.get("gpu.model") or result.machine.get("cpu", "CPU")
+    head = f"{Path(result.experiment).name} on {machine} ({result.started})"
+    return "\n".join([head, *textwrap.wrap(" ".join(result.overrides), width)]) if result.overrides else head
