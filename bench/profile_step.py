@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
 
     from torch.profiler import ProfilerActivity, profile
 
-    from runner.bench.measure import BareStep, _sync
+    from runner.bench.measure import BareStep, sync_device
     from runner.dist import setup
     from runner.launch import torch_threads
     from runner.validate import validate
@@ -136,14 +136,14 @@ def main(argv: list[str]) -> int:
     step = BareStep(v, d)
     for _ in range(args.warmup):
         step()
-    _sync(d)
+    sync_device(d)
     step.wait = 0.0
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
     before, t = thread_times(), time.perf_counter()
     with profile(activities=activities) as prof:
         for _ in range(args.steps):
             step()
-        _sync(d)
+        sync_device(d)
     seconds, after = time.perf_counter() - t, thread_times()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,7 @@ import torch
 from runner.dist import Dist, setup
 
 
-def _sync(d: Dist) -> None:
+def sync_device(d: Dist) -> None:
     if d.device.type == "cuda":
         torch.cuda.synchronize(d.device)
 
@@ -37,12 +37,12 @@ def loader_only(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     batches = _batches(loader)
     for _ in range(warmup):
         images, _ = next(batches)
-    _sync(d)
+    sync_device(d)
     with GpuSampler([d.local_rank]) if d.device.type == "cuda" else _Nothing() as gpu:
         t = time.perf_counter()
         for _ in range(steps):
             images, _ = next(batches)
-        _sync(d)
+        sync_device(d)
         dt = time.perf_counter() - t
     util = gpu.summary() if gpu else None
     batch = images.shape[0]
@@ -137,12 +137,12 @@ def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     step = BareStep(v, d)
     for _ in range(warmup):
         step()
-    _sync(d)
+    sync_device(d)
     step.wait = 0.0
     t = time.perf_counter()
     for _ in range(steps):
         loss = step()
-    _sync(d)
+    sync_device(d)
     dt = time.perf_counter() - t
     return {"images_per_s": steps * v.config.data.batch_size / dt, "data_wait_share": step.wait / dt,
             "seconds": dt, "steps": steps, "final_loss": loss.item()}

@@ -1,0 +1,52 @@
+"""bench/profile_step.py's reading of a trace and of /proc (the GPU run itself is measured on the H200)."""
+import importlib.util
+import os
+import threading
+import time
+
+from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location("profile_step", REPO / "bench" / "profile_step.py")
+profile_step = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(profile_step)
+
+
+def kernel(stream, ts, dur, name="k"):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"stream": stream}}
+
+
+def test_a_trace_summary_splits_kernel_time_by_stream_and_finds_gaps_and_blocking_calls():
+    events = [kernel(7, 0, 1000, "gemm"), kernel(7, 1000, 1000, "gemm"), kernel(50, 1500, 1000, "resize"),
+              kernel(7, 3000, 1000, "gemm"),  # 500 us idle before it
+              {"ph": "X", "cat": "gpu_memcpy", "name": "copy", "ts": 3500, "dur": 100, "args": {"stream": 50}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "ts": 0, "dur": 2000, "tid": 9},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 5, "tid": 1},
+              {"ph": "X", "cat": "cuda_driver", "name": "cuMemFree_v2", "ts": 10, "dur": 300, "tid": 1}]
+    out = profile_step.trace_summary(events, steps=2, main_tid=1)
+    assert out["gpu_span_ms"] == 4.0 and out["gpu_busy_pct"] == 87.5  # 3.5 ms of 4 busy
+    assert out["idle_gaps_over_100us"] == {"count": 1, "total_ms": 0.5, "largest_ms": [0.5]}
+    assert out["streams"]["7"] == {"kernels_per_step": 1.5, "kernel_ms_per_step": 1.5, "copy_ms_per_step": 0.0,
+                                   "top_kernels_ms_per_step": {"gemm": 1.5}}
+    assert out["streams"]["50"]["kernel_ms_per_step"] == 0.5 and out["streams"]["50"]["copy_ms_per_step"] == 0.05
+    assert [(b["call"], b["thread"], b["count"]) for b in out["blocking_calls"]] == [
+        ("cudaDeviceSynchronize", "other", 1), ("cuMemFree_v2", "main", 1)]
+
+
+def test_thread_times_see_a_busy_thread_by_name():
+    stop = time.monotonic() + 0.5
+
+    def spin():
+        while time.monotonic() < stop:
+            pass
+
+    before = profile_step.thread_times()
+    worker = threading.Thread(target=spin, name="spinner")
+    worker.start()
+    os.sched_yield()
+    time.sleep(0.2)
+    during = profile_step.thread_times()  # the worker has to be alive to be read
+    worker.join()
+    rows = {r["threads"]: r for r in profile_step.thread_summary(before, during, seconds=0.2)}
+    assert "training thread (main)" in rows
+    busy = [r for name, r in rows.items() if name != "training thread (main)"]
+    assert max(r["cores_busy"] for r in busy) > 0.2  # the spinning thread used most of a core
