@@ -69,7 +69,8 @@ def chart(result: BenchResult, path: Path) -> Path:
                     ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
                 continue
             share = f" ({100 * val / result.ceiling:.1f}%)" if mode == "e2e" and result.ceiling else ""
-            ax.text(val, i, f" {val:,.0f}{share}", va="center", fontsize=9)
+            ax.text(val, i, f" {val:,.0f}{share}", va="center", fontsize=9,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5}, zorder=3)  # over the ceiling line
         if mode == "e2e" and result.ceiling:
             ax.axvline(result.ceiling, color="black", linestyle="--", linewidth=1)
         ax.grid(axis="x", alpha=0.3)
