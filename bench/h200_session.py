@@ -212,7 +212,7 @@ COMPILED = ("tracking.enabled=false", "trainer.compile=true", "pipelines.train.p
 def profile(name: str, *overrides: str) -> None:
     """bench/profile_step.py: a CUDA trace and per-thread CPU time of 30 bare training steps."""
     run(name, [sys.executable, "bench/profile_step.py", "experiments/resnet50_dali.yaml", "--warmup", "60",
-                     "--steps", "30", "--out", str(OUT / name), *overrides], timeout=300, need=90)
+               "--steps", "30", "--out", str(OUT / name), *overrides], timeout=300, need=90)
     if (OUT / name / "profile.json").exists():
         results[name]["profile"] = json.loads((OUT / name / "profile.json").read_text())
 
@@ -271,7 +271,6 @@ def main(phase: str) -> int:
         results["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
         PHASES[phase]()
     (OUT / f"phase-{phase}.json").write_text(json.dumps(results, indent=1, default=str))
-    Path(f"/tmp/phase-{phase}.json").write_text(json.dumps(results, default=str))  # for a later phase on this machine
     folders = [p.name for p in OUT.iterdir() if p.is_dir()]
     if folders:  # one archive: a call brings back 8 files at most
         subprocess.run(["tar", "-czf", str(OUT / f"phase-{phase}.tar.gz"), "-C", str(OUT), *folders], check=True)

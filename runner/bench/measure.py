@@ -102,8 +102,9 @@ class BareStep:
         from runner.loaders import create_loader
         from runner.models import create_model
         from runner.optim import create_optimizer
-        from runner.train import autocast_args, compiled, configure_torch
+        from runner.train import autocast_args, compiled, configure_torch, step_begin
 
+        self.step_begin = step_begin
         cfg, self.tc = v.config, v.config.trainer
         configure_torch(cfg, d)
         model = create_model(cfg.model).to(d.device)
@@ -117,14 +118,12 @@ class BareStep:
         self.wait = 0.0
 
     def __call__(self) -> torch.Tensor:
-        from runner.train import step_begin
-
         t0 = time.perf_counter()
         x, y = next(self.batches)
         self.wait += time.perf_counter() - t0
         if self.tc.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        step_begin(self.tc)
+        self.step_begin(self.tc)
         with torch.autocast(**self.amp):
             loss = self.crit(self.net(x).float(), y)
         self.opt.zero_grad(set_to_none=True)

@@ -66,5 +66,5 @@ def print_validated(v: Validated) -> None:
 
 
 def _copy_note(hybrid) -> str:
-    files = {"random": "", "smallest": ", from the smallest files", "largest": ", from the largest files"}[hybrid.deal]
+    files = "" if hybrid.deal == "random" else f", from the {hybrid.deal} files"
     return " with " + ", ".join(f"{k}={val}" for k, val in hybrid.params.items()) + files

@@ -47,7 +47,7 @@ class HybridSource:
     share: float
     params: dict[str, Any]             # the copy's changed params
     num_threads: int | str
-    deal: str = "random"               # random | smallest | largest: which files the copy reads
+    deal: str                          # random | smallest | largest: which files the copy reads
 
     def copy_of(self, source: PipelineSource) -> PipelineSource:
         return dataclasses.replace(source, params={**source.params, **self.params}, hybrid=None,
