@@ -13,7 +13,9 @@ graphs. Third session (docs/h200/2026-12-03/): p1 (with piece 0) the data on eac
 (bench/profile_step.py) and the smallest-files hybrid; q, on a second machine, variants of it; r, the shipped
 experiments/resnet50_dali_compiled.yaml twice against its ceiling (not run: no machine was lent). Fourth session
 (docs/h200/2026-12-03-s4/): p1 again, then s, libjpeg-turbo's fast IDCT for the CPU decode by CPU share; u and v,
-on a second fresh machine, the same comparison for CPU decode of every image and for the hybrid. Every
+on a second fresh machine, the same comparison for CPU decode of every image and for the hybrid. Phases s, u and v
+set a `fast_idct` pipeline param that was removed after them (no speedup anywhere); they are in this file as of
+commit f6bdd69. Every
 measurement a ratio is taken from is in the same phase as its reference, as the targets
 ask. Results go to $OUT: phase-X.log (everything), phase-X.json (parsed numbers) and the `runner bench`
 folders.
@@ -263,59 +265,7 @@ def phase_r() -> None:
               "data.prefetch=2")
 
 
-# ---- fourth session (2026-12-03): libjpeg-turbo's fast IDCT for the CPU copy (pipelines' fast_idct param)
-FAST = ("pipelines.train.params.fast_idct=true", "data.prefetch=3")
-S_VARIANTS = {  # phase s: the smallest-files hybrid with fast-IDCT CPU decode, by CPU share
-    "s_accurate_s80": ("pipelines.train.hybrid.share=0.8", "data.prefetch=3"),  # the shipped setting before
-    "s_fast_s80": (*FAST, "pipelines.train.hybrid.share=0.8"),
-    "s_fast_s90": (*FAST, "pipelines.train.hybrid.share=0.9"),
-    "s_fast_cpu": (*FAST, "pipelines.train.params.decode_device=cpu", "pipelines.train.hybrid=null"),
-    "s_fast_s85": (*FAST, "pipelines.train.hybrid.share=0.85"),
-}
-
-
-def phase_s() -> None:
-    """Round 1 (DALI unpacked): the ceiling, fast-IDCT CPU decode at CPU shares 0.8-1 against the accurate IDCT at
-    0.8, the ceiling again, then 0.9 and 0.8 once more."""
-    bench("s_ceiling", "experiments/resnet50_dali.yaml", "synthetic", "e2e", *COMPILED)
-    for name, extra in S_VARIANTS.items():
-        bench(name, "experiments/resnet50_dali.yaml", "dali", "e2e", *COMPILED, *SMALLEST, *extra)
-    bench("s_ceiling_again", "experiments/resnet50_dali.yaml", "synthetic", "e2e", *COMPILED)
-    for name in ("s_fast_s90", "s_fast_s80"):
-        bench(f"{name}_again", "experiments/resnet50_dali.yaml", "dali", "e2e", *COMPILED, *SMALLEST, *S_VARIANTS[name])
-
-
-PREFETCH3 = (*COMPILED, "data.prefetch=3")
-FAST_IDCT = "pipelines.train.params.fast_idct=true"
-U_VARIANTS = {  # phase u, on a second fresh machine: CPU decode of every image, fast and accurate IDCT
-    "u2": ("dali", *SMALLEST, "pipelines.train.hybrid.share=0.8"),
-    "u3": ("dali-cpu", FAST_IDCT, "data.num_threads=14"),
-    "u4": ("dali-cpu", FAST_IDCT),
-    "u5": ("dali-cpu",),
-}
-
-
-def phase_u() -> None:
-    """Round 2 (a fresh machine, DALI unpacked): CPU decode of every image with the fast IDCT against the accurate
-    one and the accurate 0.8 hybrid; ceilings at the start and after u5. Run as the same `runner bench` commands
-    written inline in the device call (docs/h200/2026-12-03-s4/u.tar.gz holds their folders)."""
-    bench("u1", "experiments/resnet50_dali.yaml", "synthetic,dali-cpu", "e2e", *PREFETCH3, FAST_IDCT)
-    for name, (loaders, *extra) in U_VARIANTS.items():
-        bench(name, "experiments/resnet50_dali.yaml", loaders, "e2e", *PREFETCH3, *extra)
-    bench("u6", "experiments/resnet50_dali.yaml", "synthetic", "e2e", *PREFETCH3)
-    bench("u7", "experiments/resnet50_dali.yaml", "dali-cpu", "e2e", *PREFETCH3, FAST_IDCT)
-
-
-def phase_v() -> None:
-    """Round 3, same machine as u: the smallest-files hybrid at 0.9 and 0.8 with the fast IDCT, alternated with the
-    accurate 0.8, then the ceiling (inline commands as in u; folders in v.tar.gz)."""
-    for name, fast, share in (("v1", True, "0.9"), ("v2", True, "0.8"), ("v3", False, "0.8"), ("v4", True, "0.9")):
-        bench(name, "experiments/resnet50_dali.yaml", "dali", "e2e", *PREFETCH3, *SMALLEST, *([FAST_IDCT] if fast else []),
-              f"pipelines.train.hybrid.share={share}")
-    bench("v5", "experiments/resnet50_dali.yaml", "synthetic", "e2e", *PREFETCH3)
-
-
-PHASES = {"v": phase_v, "u": phase_u, "s": phase_s, "r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+PHASES = {"r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
 
 
 def main(phase: str) -> int:
