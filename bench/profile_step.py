@@ -27,23 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from runner.telemetry import thread_times  # noqa: E402  (after the path: run as a script from a checkout)
+
 BLOCKING = re.compile(r"Synchronize|Free|Malloc|HostAlloc|HostRegister|MemAlloc|EventQuery|StreamQuery|Memcpy(?!Async)")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def thread_times() -> dict[int, dict]:
-    """tid -> name, CPU seconds and run-queue wait seconds so far (Linux /proc)."""
-    out = {}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            name = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            run_ns, wait_ns, _ = (task / "schedstat").read_text().split()
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            continue
-        out[int(task.name)] = {"name": name, "cpu_s": (int(fields[11]) + int(fields[12])) / TICK,
-                               "runqueue_s": int(wait_ns) / 1e9}
-    return out
 
 
 def thread_summary(before: dict, after: dict, seconds: float) -> list[dict]:

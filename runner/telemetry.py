@@ -1,4 +1,5 @@
-"""What a run measures about itself: loader throughput and data wait, CPU and GPU load.
+"""What a run measures about itself: loader throughput and data wait, CPU and GPU load, and how busy the threads
+that launch the GPU's work are.
 
 Nothing here synchronises CUDA: the loader meter takes host timestamps from the loop, and GPU
 utilisation and memory come from NVML in a background thread. Without NVML (a CPU machine, a
@@ -11,6 +12,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -135,6 +137,71 @@ class CpuSampler:
 
     def window(self) -> CpuWindow:
         return CpuWindow(system_pct=psutil.cpu_percent(interval=None), process_pct=self._tree_pct())
+
+
+# ---------------------------------------------------------------------------- threads that launch
+
+def thread_times() -> dict[int, dict]:
+    """tid -> name, seconds on a core and seconds runnable but waiting for one, for every thread of this process so
+    far (Linux /proc/self/task/TID/schedstat); {} where /proc has no schedstat."""
+    out = {}
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+            run_ns, wait_ns, _ = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue  # exited between listing and reading, or no schedstat
+        out[int(task.name)] = {"name": name, "cpu_s": int(run_ns) / 1e9, "runqueue_s": int(wait_ns) / 1e9}
+    return out
+
+
+@dataclass(frozen=True)
+class LaunchThreadsWindow:
+    """The threads that launch the GPU's work: the training loop's and autograd's (pt_autograd_*, the backward pass).
+    busy: % of the window on a core; queued: % runnable but waiting for one. With torch.compile's default mode
+    the step is launched from Python; when these threads are busy near 100%, or queued, the GPU waits for them
+    rather than for data."""
+    train_busy_pct: float
+    train_queued_pct: float
+    autograd_busy_pct: float
+    autograd_queued_pct: float
+
+    def metrics(self, prefix: str = "cpu") -> dict[str, float]:
+        return {f"{prefix}/train_thread_busy_pct": self.train_busy_pct,
+                f"{prefix}/train_thread_queued_pct": self.train_queued_pct,
+                f"{prefix}/autograd_thread_busy_pct": self.autograd_busy_pct,
+                f"{prefix}/autograd_thread_queued_pct": self.autograd_queued_pct}
+
+
+class LaunchThreadsSampler:
+    """LaunchThreadsWindow since the previous `window()`. Create it on the training thread."""
+
+    def __init__(self) -> None:
+        self._train = threading.get_native_id()
+        self._last, self._t = self._read(), time.perf_counter()
+
+    def _read(self) -> dict[str, float] | None:
+        threads = thread_times()
+        if self._train not in threads:
+            return None
+        autograd = [t for t in threads.values() if t["name"].startswith("pt_autograd")]
+        return {"train_busy": threads[self._train]["cpu_s"], "train_queued": threads[self._train]["runqueue_s"],
+                "autograd_busy": sum(t["cpu_s"] for t in autograd),
+                "autograd_queued": sum(t["runqueue_s"] for t in autograd)}
+
+    def window(self) -> LaunchThreadsWindow | None:
+        now, t = self._read(), time.perf_counter()
+        last, seconds = self._last, t - self._t
+        self._last, self._t = now, t
+        if now is None or last is None or seconds <= 0:
+            return None
+        pct = {k: 100 * max(0.0, now[k] - last.get(k, 0.0)) / seconds for k in now}
+        return LaunchThreadsWindow(train_busy_pct=pct["train_busy"], train_queued_pct=pct["train_queued"],
+                                   autograd_busy_pct=pct["autograd_busy"], autograd_queued_pct=pct["autograd_queued"])
 
 
 # ------------------------------------------------------------------------------------------- GPU

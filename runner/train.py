@@ -22,7 +22,7 @@ from runner.loaders import create_loader
 from runner.models import create_model
 from runner.optim import create_optimizer, create_scheduler
 from runner.progress import NoProgress, TrainProgress
-from runner.telemetry import CpuSampler, GpuSampler, LoaderMeter
+from runner.telemetry import CpuSampler, GpuSampler, LaunchThreadsSampler, LoaderMeter
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -151,7 +151,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     amp = autocast_args(tc.precision, d.device)
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
-    meter, cpu = LoaderMeter(), CpuSampler()
+    meter, cpu, launch = LoaderMeter(), CpuSampler(), LaunchThreadsSampler()
     gpu = GpuSampler([d.local_rank]).start() if d.device.type == "cuda" else None
     result = RunResult(run_id=run_id, status="FINISHED")
 
@@ -220,6 +220,9 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                                "loader/images_per_s": totals[4], "loader/images_per_s_per_device": totals[4] / d.world,
                                "loader/data_wait_share": totals[5] / d.world,
                                **cpu.window().metrics()}
+                    threads = launch.window()
+                    if threads:
+                        metrics.update(threads.metrics())
                     g = gpu.window() if gpu else None
                     if g:
                         metrics.update(g.metrics())  # this node's rank-0 GPU

@@ -34,7 +34,8 @@ def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
     assert rows["cache"]["loader"]["shape"] == [4, 3, 32, 32] and rows["cache"]["e2e"]["steps"] == 4
     assert (project / "b" / "bench.png").stat().st_size > 10_000
     md = (project / "b" / "bench.md").read_text()
-    assert "| loader | configuration | loader-only img/s | train img/s | of ceiling | data wait |" in md
+    assert "| loader | configuration | loader-only img/s | train img/s | of ceiling | data wait | training thread busy / queued |" in md
+    assert rows["dali"]["e2e"]["train_thread_busy_pct"] > 0 and rows["dali"]["e2e"]["train_thread_queued_pct"] >= 0
     assert "| synthetic | random tensors on the device (ceiling) | - |" in md
     assert "tiny.yaml: 4 steps after 2 warm-up, batch 4" in out
     client = MlflowClient(f"sqlite:///{project}/mlflow.db")

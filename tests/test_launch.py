@@ -54,13 +54,17 @@ def test_launch_trains_evaluates_and_records_the_run(tiny, project, capsys):
     assert t["version.dali"].startswith("2.") and "git.commit" in t
     # metrics by group; per-epoch ones at steps 1 and 2
     h = {k: client.get_metric_history(run.info.run_id, k) for k in
-         ("eval/top1", "eval/samples", "epoch/images_per_s", "epoch/data_wait_share", "train/loss")}
+         ("eval/top1", "eval/samples", "epoch/images_per_s", "epoch/data_wait_share", "train/loss",
+          "cpu/train_thread_busy_pct")}
     assert [m.step for m in h["eval/top1"]] == [1, 2]
     assert [m.value for m in h["eval/samples"]] == [9, 9]  # every val image, once
     assert all(m.value > 0 for m in h["epoch/images_per_s"])
     assert all(0 <= m.value < 1 for m in h["epoch/data_wait_share"])
     # 24 train images, batch 4: 6 steps an epoch, logged every 2 steps
     assert [m.step for m in h["train/loss"]] == [2, 4, 6, 8, 10, 12]
+    # the training thread's share of the wall time on a core: it trains on the CPU here, so most of it
+    assert [m.step for m in h["cpu/train_thread_busy_pct"]] == [2, 4, 6, 8, 10, 12]
+    assert all(10 < m.value < 110 for m in h["cpu/train_thread_busy_pct"])
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"experiment.yaml", "summary.json", "pipelines"} <= artifacts
     # the checkpoint of the last epoch

@@ -1,11 +1,12 @@
 """Telemetry: loader arithmetic on given clock readings, real psutil and (absent) NVML readings."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
-from runner.telemetry import CpuSampler, GpuSampler, LoaderMeter, LoaderWindow, _nvml, gpu_info
+from runner.telemetry import CpuSampler, GpuSampler, LaunchThreadsSampler, LoaderMeter, LoaderWindow, _nvml, gpu_info
 
 
 def test_loader_window_and_epoch_arithmetic():
@@ -54,6 +55,27 @@ def test_cpu_sampler_reports_system_and_process_load():
     assert 0.0 <= w.system_pct <= 100.0
     assert w.process_pct > 10.0  # % of one core; the busy loop used about one
     assert set(w.metrics()) == {"cpu/system_pct", "cpu/process_pct"}
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_launch_threads_sampler_follows_the_thread_that_made_it():
+    launch = LaunchThreadsSampler()
+    spin(0.3)
+    busy = launch.window()
+    assert busy.train_busy_pct > 50  # this thread spun for the whole window
+    other = threading.Thread(target=spin, args=(0.3,))
+    other.start()
+    other.join()  # the training thread sleeps while another thread spins
+    idle = launch.window()
+    assert idle.train_busy_pct < 20
+    assert idle.autograd_busy_pct == 0  # no CUDA backward, no pt_autograd threads
+    assert set(idle.metrics()) == {"cpu/train_thread_busy_pct", "cpu/train_thread_queued_pct",
+                                   "cpu/autograd_thread_busy_pct", "cpu/autograd_thread_queued_pct"}
 
 
 nvml_present = _nvml() is not None

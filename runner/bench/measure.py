@@ -87,9 +87,16 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     # equal images per window: the rate over all of them is the harmonic mean of the window rates
     ips = len(kept) / sum(1 / m["loader/images_per_s"] for m in kept)
     utils = [m["gpu/util_pct"] for m in kept if "gpu/util_pct" in m]
+    # the threads that launch the step's CUDA work: busy near 100% or queued, and the GPU waits for them
+    launch = {f"{key}_pct": _mean([m[f"cpu/{key}_pct"] for m in kept if f"cpu/{key}_pct" in m])
+              for key in ("train_thread_busy", "train_thread_queued", "autograd_thread_busy", "autograd_thread_queued")}
     return {"images_per_s": ips, "data_wait_share": sum(m["loader/data_wait_share"] for m in kept) / len(kept),
-            "gpu_util_pct": sum(utils) / len(utils) if utils else None, "windows": len(kept),
+            "gpu_util_pct": _mean(utils), "windows": len(kept), **launch,
             "steps": result.steps - warmup, "batch": batch, "final_loss": kept[-1]["train/loss"]}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 class BareStep:

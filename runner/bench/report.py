@@ -15,7 +15,8 @@ def _pct(x) -> str:
 
 
 def rows(result: BenchResult) -> list[list[str]]:
-    """configuration, loader-only img/s, end-to-end img/s, share of the ceiling, GPU util, data wait, bare loop."""
+    """configuration, loader-only img/s, end-to-end img/s, share of the ceiling, GPU util, data wait, the training
+    thread's CPU, bare loop."""
     out = []
     for r in result.rows:
         e2e = r.e2e or {}
@@ -25,13 +26,19 @@ def rows(result: BenchResult) -> list[list[str]]:
         out.append([r.variant, r.description, _num((r.loader or {}).get("images_per_s")),
                     _num(e2e.get("images_per_s")), _pct(r.ratio(result.ceiling)),
                     "-" if util is None else f"{util:.0f}%", _pct(e2e.get("data_wait_share")),
-                    _num(bare.get("images_per_s")), _pct(overhead) if overhead else "-",
+                    _threads(e2e), _num(bare.get("images_per_s")), _pct(overhead) if overhead else "-",
                     "; ".join(f"{k}: failed" for k in r.errors)])
     return out
 
 
+def _threads(e2e: dict) -> str:
+    """The training thread's share of the wall time on a core, and waiting for one."""
+    busy, queued = e2e.get("train_thread_busy_pct"), e2e.get("train_thread_queued_pct")
+    return "-" if busy is None else f"{busy:.0f}% / {queued:.1f}%"
+
+
 COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
-           "bare-loop img/s", "runner/bare", "errors"]
+           "training thread busy / queued", "bare-loop img/s", "runner/bare", "errors"]
 
 
 def markdown(result: BenchResult) -> str:
