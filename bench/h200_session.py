@@ -15,7 +15,7 @@ experiments/resnet50_dali_compiled.yaml twice against its ceiling (not run: no m
 (docs/h200/2026-12-03-s4/): p1 again, then s, libjpeg-turbo's fast IDCT for the CPU decode by CPU share; u and v,
 on a second fresh machine, the same comparison for CPU decode of every image and for the hybrid. Phases s, u and v
 set a `fast_idct` pipeline param that was removed after them (no speedup anywhere); they are in this file as of
-commit f6bdd69. Every
+commit f6bdd69. w, not run yet: the training thread's CPU columns for the shipped compiled setting. Every
 measurement a ratio is taken from is in the same phase as its reference, as the targets
 ask. Results go to $OUT: phase-X.log (everything), phase-X.json (parsed numbers) and the `runner bench`
 folders.
@@ -265,7 +265,23 @@ def phase_r() -> None:
               "data.prefetch=2")
 
 
-PHASES = {"r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+# ---- for the next session: what limits the compiled runs, read from the training thread's CPU columns
+def phase_w() -> None:
+    """The shipped experiments/resnet50_dali_compiled.yaml twice, with 2 cores reserved for the training thread, and
+    with CUDA graphs (trainer.compile_mode=reduce-overhead) next to that mode's own ceiling; ceilings first and
+    last. `runner bench` reports how busy the training thread was and how long it queued for a core."""
+    shipped = ("experiments/resnet50_dali_compiled.yaml", "dali", "e2e", "tracking.enabled=false")
+    graphs = "trainer.compile_mode=reduce-overhead"
+    bench("w_ceiling", "experiments/resnet50_dali_compiled.yaml", "synthetic", "e2e", "tracking.enabled=false")
+    bench("w_shipped_1", *shipped)
+    bench("w_reserved", *shipped, "data.reserved_cores=2")
+    bench("w_graphs", "experiments/resnet50_dali_compiled.yaml", "synthetic,dali", "e2e", "tracking.enabled=false",
+          graphs)
+    bench("w_shipped_2", *shipped)
+    bench("w_ceiling_again", "experiments/resnet50_dali_compiled.yaml", "synthetic", "e2e", "tracking.enabled=false")
+
+
+PHASES = {"w": phase_w, "r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
 
 
 def main(phase: str) -> int:
