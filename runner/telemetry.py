@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -165,16 +165,13 @@ class LaunchThreadsWindow:
     busy: % of the window on a core; queued: % runnable but waiting for one. With torch.compile's default mode
     the step is launched from Python; when these threads are busy near 100%, or queued, the GPU waits for them
     rather than for data."""
-    train_busy_pct: float
-    train_queued_pct: float
-    autograd_busy_pct: float
-    autograd_queued_pct: float
+    train_thread_busy_pct: float
+    train_thread_queued_pct: float
+    autograd_thread_busy_pct: float
+    autograd_thread_queued_pct: float
 
     def metrics(self, prefix: str = "cpu") -> dict[str, float]:
-        return {f"{prefix}/train_thread_busy_pct": self.train_busy_pct,
-                f"{prefix}/train_thread_queued_pct": self.train_queued_pct,
-                f"{prefix}/autograd_thread_busy_pct": self.autograd_busy_pct,
-                f"{prefix}/autograd_thread_queued_pct": self.autograd_queued_pct}
+        return {f"{prefix}/{f.name}": getattr(self, f.name) for f in fields(self)}
 
 
 class LaunchThreadsSampler:
@@ -185,13 +182,15 @@ class LaunchThreadsSampler:
         self._last, self._t = self._read(), time.perf_counter()
 
     def _read(self) -> dict[str, float] | None:
+        """Seconds so far, under LaunchThreadsWindow's field names."""
         threads = thread_times()
         if self._train not in threads:
             return None
         autograd = [t for t in threads.values() if t["name"].startswith("pt_autograd")]
-        return {"train_busy": threads[self._train]["cpu_s"], "train_queued": threads[self._train]["runqueue_s"],
-                "autograd_busy": sum(t["cpu_s"] for t in autograd),
-                "autograd_queued": sum(t["runqueue_s"] for t in autograd)}
+        return {"train_thread_busy_pct": threads[self._train]["cpu_s"],
+                "train_thread_queued_pct": threads[self._train]["runqueue_s"],
+                "autograd_thread_busy_pct": sum(t["cpu_s"] for t in autograd),
+                "autograd_thread_queued_pct": sum(t["runqueue_s"] for t in autograd)}
 
     def window(self) -> LaunchThreadsWindow | None:
         now, t = self._read(), time.perf_counter()
@@ -199,9 +198,7 @@ class LaunchThreadsSampler:
         self._last, self._t = now, t
         if now is None or last is None or seconds <= 0:
             return None
-        pct = {k: 100 * max(0.0, now[k] - last.get(k, 0.0)) / seconds for k in now}
-        return LaunchThreadsWindow(train_busy_pct=pct["train_busy"], train_queued_pct=pct["train_queued"],
-                                   autograd_busy_pct=pct["autograd_busy"], autograd_queued_pct=pct["autograd_queued"])
+        return LaunchThreadsWindow(**{k: 100 * max(0.0, now[k] - last[k]) / seconds for k in now})
 
 
 # ------------------------------------------------------------------------------------------- GPU

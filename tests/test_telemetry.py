@@ -67,13 +67,13 @@ def test_launch_threads_sampler_follows_the_thread_that_made_it():
     launch = LaunchThreadsSampler()
     spin(0.3)
     busy = launch.window()
-    assert busy.train_busy_pct > 50  # this thread spun for the whole window
+    assert busy.train_thread_busy_pct > 50  # this thread spun for the whole window
     other = threading.Thread(target=spin, args=(0.3,))
     other.start()
     other.join()  # the training thread sleeps while another thread spins
     idle = launch.window()
-    assert idle.train_busy_pct < 20
-    assert idle.autograd_busy_pct == 0  # no CUDA backward, no pt_autograd threads
+    assert idle.train_thread_busy_pct < 20
+    assert idle.autograd_thread_busy_pct == 0  # no CUDA backward, no pt_autograd threads
     assert set(idle.metrics()) == {"cpu/train_thread_busy_pct", "cpu/train_thread_queued_pct",
                                    "cpu/autograd_thread_busy_pct", "cpu/autograd_thread_queued_pct"}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import fields
 from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from runner.dist import Dist, setup
+from runner.telemetry import LaunchThreadsWindow
 
 
 def sync_device(d: Dist) -> None:
@@ -88,8 +90,8 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     ips = len(kept) / sum(1 / m["loader/images_per_s"] for m in kept)
     utils = [m["gpu/util_pct"] for m in kept if "gpu/util_pct" in m]
     # the threads that launch the step's CUDA work: busy near 100% or queued, and the GPU waits for them
-    launch = {f"{key}_pct": _mean([m[f"cpu/{key}_pct"] for m in kept if f"cpu/{key}_pct" in m])
-              for key in ("train_thread_busy", "train_thread_queued", "autograd_thread_busy", "autograd_thread_queued")}
+    launch = {f.name: _mean([m[f"cpu/{f.name}"] for m in kept if f"cpu/{f.name}" in m])
+              for f in fields(LaunchThreadsWindow)}
     return {"images_per_s": ips, "data_wait_share": sum(m["loader/data_wait_share"] for m in kept) / len(kept),
             "gpu_util_pct": _mean(utils), "windows": len(kept), **launch,
             "steps": result.steps - warmup, "batch": batch, "final_loss": kept[-1]["train/loss"]}

@@ -73,7 +73,7 @@ def run(args) -> int:
          + markdown(result) + "\n"
     (out_dir / "bench.md").write_text(md)
     chart(result, out_dir / "bench.png")
-    shown = [0, 2, 3, 4, 5, 6, 7, 8, 9]  # the configuration column is in bench.md
+    shown = [i for i, c in enumerate(COLUMNS) if c not in ("configuration", "errors")]  # in bench.md; errors below
     console.out.print(console.table(f"{Path(path).name}: {args.steps} steps after {args.warmup} warm-up, "
                                     f"batch {v.config.data.batch_size}", [COLUMNS[i] for i in shown],
                                     [[r[i] for i in shown] for r in rows(result)]))
