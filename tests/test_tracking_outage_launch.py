@@ -119,7 +119,7 @@ def test_server_dies_mid_run_and_returns(experiment, project, server):
     code = run.wait()
     out = run.output
     assert code == 0, out[-3000:]
-    assert "MLflow at %s answers again; buffered tracking data delivered." % server.uri in out
+    assert "MLflow at %s answers again; sending the tracking data it missed." % server.uri in out
     assert "epoch %d/%d done" % (EPOCHS, EPOCHS) in out
     run_id = re.search(r"│ run id\s+│ (\S+)", out)[1]
     assert f"run {run_id} at {server.uri} (runner ui to browse)" in out

@@ -218,14 +218,19 @@ class MlflowTracker:
     # -- the sender thread -----------------------------------------------------------------------
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        # The store answering ends an outage at once, not when the backlog is flushed: an outage that
+        # begins mid-flush is then a new one, and is reported.
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except RunnerError:
             raise
         except Exception as e:  # what MLflow raises when the store is down varies by store
             if _rejected(e):
+                self._came_back()
                 raise
             raise _Outage(_short(e)) from e
+        self._came_back()
+        return result
 
     def _open_run(self) -> None:
         """Create the run, or mark a resumed one RUNNING. Raises _Outage, or RunnerError if refused."""
@@ -265,7 +270,6 @@ class MlflowTracker:
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff, last = 0.5, time.monotonic()
-            self._came_back()
             if self._terminated:
                 return
 
@@ -348,7 +352,7 @@ class MlflowTracker:
     def _came_back(self) -> None:
         if self._down:
             self._down = False
-            log.warning("MLflow at %s answers again; buffered tracking data delivered.", self.uri)
+            log.warning("MLflow at %s answers again; sending the tracking data it missed.", self.uri)
 
     # -- offline bundle --------------------------------------------------------------------------
 
