@@ -15,7 +15,8 @@ experiments/resnet50_dali_compiled.yaml twice against its ceiling (not run: no m
 (docs/h200/2026-12-03-s4/): p1 again, then s, libjpeg-turbo's fast IDCT for the CPU decode by CPU share; u and v,
 on a second fresh machine, the same comparison for CPU decode of every image and for the hybrid. Phases s, u and v
 set a `fast_idct` pipeline param that was removed after them (no speedup anywhere); they are in this file as of
-commit f6bdd69. w, not run yet: the training thread's CPU columns for the shipped compiled setting. Every
+commit f6bdd69. Fifth session (docs/h200/2026-12-03-s5/): p1, then w, the training thread's CPU columns for the
+shipped compiled setting against DALI's threads made nicer (data.dali_nice); x, the same with CUDA graphs. Every
 measurement a ratio is taken from is in the same phase as its reference, as the targets
 ask. Results go to $OUT: phase-X.log (everything), phase-X.json (parsed numbers) and the `runner bench`
 folders.
@@ -265,23 +266,42 @@ def phase_r() -> None:
               "data.prefetch=2")
 
 
-# ---- for the next session: what limits the compiled runs, read from the training thread's CPU columns
+# ---- fifth session: is the training thread short of a core (queued) or slow (busy)? Nicer DALI threads, CUDA graphs
+SHIPPED = ("experiments/resnet50_dali_compiled.yaml", "dali", "e2e", "tracking.enabled=false")
+CPU_EVERY_IMAGE = ("experiments/resnet50_dali_compiled.yaml", "dali-cpu", "e2e", "tracking.enabled=false")
+GRAPHS = "trainer.compile_mode=reduce-overhead"
+
+
 def phase_w() -> None:
-    """The shipped experiments/resnet50_dali_compiled.yaml twice, with 2 cores reserved for the training thread, and
-    with CUDA graphs (trainer.compile_mode=reduce-overhead) next to that mode's own ceiling; ceilings first and
-    last. `runner bench` reports how busy the training thread was and how long it queued for a core."""
-    shipped = ("experiments/resnet50_dali_compiled.yaml", "dali", "e2e", "tracking.enabled=false")
-    graphs = "trainer.compile_mode=reduce-overhead"
-    bench("w_ceiling", "experiments/resnet50_dali_compiled.yaml", "synthetic", "e2e", "tracking.enabled=false")
-    bench("w_shipped_1", *shipped)
-    bench("w_reserved", *shipped, "data.reserved_cores=2")
-    bench("w_graphs", "experiments/resnet50_dali_compiled.yaml", "synthetic,dali", "e2e", "tracking.enabled=false",
-          graphs)
-    bench("w_shipped_2", *shipped)
-    bench("w_ceiling_again", "experiments/resnet50_dali_compiled.yaml", "synthetic", "e2e", "tracking.enabled=false")
+    """The shipped experiments/resnet50_dali_compiled.yaml against the same with DALI's threads at nice 10 and 19
+    (data.dali_nice), and CPU decode of every image at nice 10, alternated in three rounds, ceilings first and in
+    the middle. `runner bench` reports how busy the training thread was and how long it queued for a core."""
+    bench("w_ceiling", *SHIPPED[:1], "synthetic", "e2e", "tracking.enabled=false")
+    for i in (1, 2, 3):
+        bench(f"w_shipped_{i}", *SHIPPED)
+        bench(f"w_nice10_{i}", *SHIPPED, "data.dali_nice=10")
+        if i < 3:
+            bench(f"w_nice19_{i}", *SHIPPED, "data.dali_nice=19")
+            bench(f"w_cpu_nice10_{i}", *CPU_EVERY_IMAGE, "data.dali_nice=10")
+        if i == 2:
+            bench("w_ceiling_again", *SHIPPED[:1], "synthetic", "e2e", "tracking.enabled=false")
 
 
-PHASES = {"w": phase_w, "r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+def phase_x() -> None:
+    """CUDA graphs (trainer.compile_mode=reduce-overhead) against that mode's own ceiling: the shipped hybrid with
+    and without nicer DALI threads, CPU decode of every image; then the default mode's ceiling and nice 10 again."""
+    bench("x_graphs_ceiling", *SHIPPED[:1], "synthetic", "e2e", "tracking.enabled=false", GRAPHS)
+    bench("x_graphs_nice10_1", *SHIPPED, GRAPHS, "data.dali_nice=10")
+    bench("x_graphs_shipped", *SHIPPED, GRAPHS)
+    bench("x_graphs_cpu_nice10", *CPU_EVERY_IMAGE, GRAPHS, "data.dali_nice=10")
+    bench("x_graphs_nice10_2", *SHIPPED, GRAPHS, "data.dali_nice=10")
+    bench("x_graphs_ceiling_again", *SHIPPED[:1], "synthetic", "e2e", "tracking.enabled=false", GRAPHS)
+    bench("x_ceiling", *SHIPPED[:1], "synthetic", "e2e", "tracking.enabled=false")
+    bench("x_nice10", *SHIPPED, "data.dali_nice=10")
+    bench("x_shipped", *SHIPPED)
+
+
+PHASES = {"x": phase_x, "w": phase_w, "r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
 
 
 def main(phase: str) -> int:

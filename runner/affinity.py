@@ -1,10 +1,12 @@
-"""Cores kept for the training loop, DALI's CPU threads pinned to the rest (data.reserved_cores).
+"""The training thread's claim on the CPU against DALI's threads: cores kept for it, DALI's CPU threads pinned
+to the rest (data.reserved_cores), or DALI's threads made nicer than it (data.dali_nice).
 
 With torch.compile a step is short and launched from Python. When DALI's decode threads fill every
 core, the scheduler preempts the thread that feeds the GPU, and the GPU idles although the next batch
 is ready. DALI pins its worker threads to $DALI_AFFINITY_MASK when a pipeline is built with
 set_affinity=True; the training thread, and the threads it starts afterwards (autograd's among them),
-is pinned to the reserved cores.
+is pinned to the reserved cores. Reserving takes cores from decoding; a nice value leaves DALI every core
+and only lets the training thread preempt its threads when it wakes.
 """
 from __future__ import annotations
 
@@ -38,3 +40,16 @@ def pin_dali_threads(dali_cores: list[int], threads: int) -> None:
 
 def pin_this_thread(cores: list[int]) -> None:
     os.sched_setaffinity(0, cores)  # on Linux, pid 0 is the calling thread
+
+
+def thread_ids() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def renice_threads(tids: set[int], nice: int) -> None:
+    """Set each thread's nice value (on Linux, setpriority on a thread id touches that thread alone)."""
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            pass  # ended meanwhile

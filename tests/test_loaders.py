@@ -223,3 +223,27 @@ def test_reserved_cores_keep_dali_threads_off_the_training_thread(project, image
         assert os.environ["DALI_AFFINITY_MASK"] == ",".join(str(c) for c in cores[1:])
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_dali_nice_lowers_the_pipelines_threads_not_the_training_thread(project, image_dataset):
+    import threading
+    from pathlib import Path
+
+    def threads() -> dict[int, tuple[str, int]]:
+        """Thread id -> (name, nice value)."""
+        return {int(t.name): ((t / "comm").read_text().strip(), os.getpriority(os.PRIO_PROCESS, int(t.name)))
+                for t in Path("/proc/self/task").iterdir()}
+
+    (project / "experiments" / "e.yaml").write_text(
+        f"data: {{root: {image_dataset}, batch_size: 4, num_threads: 2, dali_nice: 7}}\n"
+        "pipelines: {train: {use: imagenet_train, params: {size: 32}}}\n")
+    v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
+    before = threads()
+    loader = create_loader(v, "train", Dist())
+    next(iter(loader.epoch()))
+    after = threads()
+    started = {after[tid] for tid in after.keys() - before.keys()}
+    assert {("[DALI][TP0]Exec", 7), ("[DALI][TP1]Exec", 7)} <= started and {nice for _, nice in started} == {7}
+    assert {tid: after[tid] for tid in before.keys() & after.keys()} == \
+        {tid: before[tid] for tid in before.keys() & after.keys()}  # the training thread among them, still 0
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0

@@ -111,6 +111,8 @@ class DataConfig:
     prefetch: int = bounded(2, ge=1)            # DALI prefetch queue depth
     # cores kept for the training loop's own threads: DALI's CPU threads are pinned to the others (0: no pinning)
     reserved_cores: int = bounded(0, ge=0)
+    # niceness of DALI's CPU threads: above 0, the training thread (nice 0) takes a core from them when it wakes
+    dali_nice: int = bounded(0, ge=0, le=19)
     image_size: int = bounded(224, ge=8)        # synthetic loader's images
     skip_bad_files: bool = True                 # leave out files listed by `runner data check` (DALI loader)
     synth: SynthConfig = field(default_factory=SynthConfig)

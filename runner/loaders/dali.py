@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from typing import Any, Iterator
 
 import torch
@@ -100,6 +101,7 @@ def _iterator(v, graph, part: str, target: Target, folder, state: Any, checkpoin
         training, dali = affinity.core_split(reserved, target.local_rank, target.local_world,
                                              v.loaded.where("data.reserved_cores"))
         affinity.pin_dali_threads(dali, args.num_threads)
+    before = affinity.thread_ids()
     pipe = build_pipeline(graph, args)
     if reserved:
         affinity.pin_this_thread(training)
@@ -108,6 +110,9 @@ def _iterator(v, graph, part: str, target: Target, folder, state: Any, checkpoin
                                        last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
     except RuntimeError as e:
         raise_for_decode(e, graph.graph.role, folder)
+    if v.config.data.dali_nice:  # the native threads this pipeline started: DALI's, and its decoders' (nvImageCodec)
+        python_threads = {t.native_id for t in threading.enumerate()}
+        affinity.renice_threads(affinity.thread_ids() - before - python_threads, v.config.data.dali_nice)
     return iterator, pipe.reader_meta(graph.reader_name)["epoch_size"], args.batch_size
 
 
