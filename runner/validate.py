@@ -40,13 +40,14 @@ def check_names(loaded: LoadedExperiment) -> None:
 
 
 def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
-             accelerator: str | None = None) -> Validated:
-    """Load and check an experiment for this machine (or for `accelerator`, when given)."""
+             accelerator: str | None = None, check_pipelines: bool = True) -> Validated:
+    """Load and check an experiment for this machine (or for `accelerator`, when given); check_pipelines=False
+    reads the DALI pipelines' files without checking them against DALI, for work that will not build them."""
     loaded = load_experiment(path, overrides)
     check_names(loaded)
     trainer = loaded.config.trainer
     acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.where("trainer.accelerator"))
     procs = processes_per_node(trainer.devices, acc, loaded.where("trainer.devices")) if accelerator is None else 1
     target = Target(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
-    graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" else {}
+    graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
     return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs)

@@ -1,5 +1,8 @@
 """`runner bench` and `runner tune` on the CPU with tiny settings: files, MLflow runs, errors."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -44,6 +47,37 @@ def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.data.tags["runner.bench.variant"] for r in children) == ["cache", "dali", "synthetic"]
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"bench.json", "bench.png", "bench.md"}
+
+
+HIDE_DALI = """\
+import sys
+
+
+class HideDali:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[:2] == ["nvidia", "dali"]:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, HideDali())
+"""
+
+
+def test_a_ceiling_bench_runs_without_dali_at_the_pipelines_image_size(tiny, project, tmp_path):
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_DALI)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "hide")}
+    args = ["--modes", "e2e", "--warmup", "2", "--steps", "4", "--window", "2", "tracking.enabled=false"]
+    hidden = subprocess.run([sys.executable, "-m", "runner", "bench", tiny, "--loaders", "dali", *args], env=env,
+                            capture_output=True, text=True)
+    assert hidden.returncode == 2 and "NVIDIA DALI is not installed" in hidden.stderr  # DALI is hidden indeed
+    proc = subprocess.run([sys.executable, "-m", "runner", "bench", tiny, "--loaders", "synthetic", "--out",
+                           project / "b", *args], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    row = json.loads((project / "b" / "bench.json").read_text())["rows"][0]
+    assert (row["variant"], row["e2e"]["steps"]) == ("synthetic", 4)
+    assert "==== synthetic e2e tracking.enabled=false data.loader=synthetic data.image_size=32\n" in \
+        (project / "b" / "bench.log").read_text()
 
 
 @pytest.mark.parametrize("args,message", [
