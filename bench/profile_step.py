@@ -120,10 +120,7 @@ def main(argv: list[str]) -> int:
     d = setup(v.target.accelerator)
     torch_threads(d)
     step = BareStep(v, d)
-    for _ in range(args.warmup):
-        step()
-    sync_device(d)
-    step.wait = 0.0
+    step.warm_up(args.warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
     before, t = thread_times(), time.perf_counter()
     with profile(activities=activities) as prof:

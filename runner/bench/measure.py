@@ -124,6 +124,13 @@ class BareStep:
         self.crit = nn.CrossEntropyLoss(label_smoothing=self.tc.label_smoothing)
         self.amp = autocast_args(self.tc.precision, d.device)
         self.batches = _batches(create_loader(v, "train", d))
+        self.d, self.wait = d, 0.0
+
+    def warm_up(self, steps: int) -> None:
+        """Run `steps` unmeasured steps, let the device finish them, and forget their data wait."""
+        for _ in range(steps):
+            self()
+        sync_device(self.d)
         self.wait = 0.0
 
     def __call__(self) -> torch.Tensor:
@@ -143,10 +150,7 @@ class BareStep:
 
 def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     step = BareStep(v, d)
-    for _ in range(warmup):
-        step()
-    sync_device(d)
-    step.wait = 0.0
+    step.warm_up(warmup)
     t = time.perf_counter()
     for _ in range(steps):
         loss = step()
