@@ -49,6 +49,18 @@ def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"bench.json", "bench.png", "bench.md"}
 
 
+def test_the_bare_loop_row_compares_runner_with_the_same_loader(tiny, project, capsys):
+    code, out, err = run_cli(["bench", tiny, "--loaders", "synthetic,dali", "--modes", "e2e,bare", "--warmup", "2",
+                              "--steps", "4", "--window", "2", "--out", project / "b", "tracking.enabled=false"], capsys)
+    assert code == 0, err + out
+    rows = {r["variant"]: r for r in json.loads((project / "b" / "bench.json").read_text())["rows"]}
+    assert rows["synthetic"]["bare"] is None  # the ceiling has no loader to compare
+    bare, e2e = rows["dali"]["bare"], rows["dali"]["e2e"]
+    assert bare["steps"] == 4 and bare["images_per_s"] > 0 and 0 <= bare["data_wait_share"] < 1
+    overhead = f"{100 * e2e['images_per_s'] / bare['images_per_s']:.1f}%"
+    assert f" | {overhead} |" in (project / "b" / "bench.md").read_text()
+
+
 HIDE_DALI = """\
 import sys
 
