@@ -15,8 +15,9 @@ experiments/resnet50_dali_compiled.yaml twice against its ceiling (not run: no m
 (docs/h200/2026-12-03-s4/): p1 again, then s, libjpeg-turbo's fast IDCT for the CPU decode by CPU share; u and v,
 on a second fresh machine, the same comparison for CPU decode of every image and for the hybrid. Phases s, u and v
 set a `fast_idct` pipeline param that was removed after them (no speedup anywhere); they are in this file as of
-commit f6bdd69. Fifth session (docs/h200/2026-12-03-s5/): p1, then w, the training thread's CPU columns for the
-shipped compiled setting against DALI's threads made nicer (data.dali_nice); x, the same with CUDA graphs. Every
+commit f6bdd69. Not run yet (the fifth session had no device time left): p1, then w, the training thread's CPU
+columns for the shipped compiled setting against DALI's threads made nicer (data.dali_nice); x, the same with CUDA
+graphs. Every
 measurement a ratio is taken from is in the same phase as its reference, as the targets
 ask. Results go to $OUT: phase-X.log (everything), phase-X.json (parsed numbers) and the `runner bench`
 folders.
