@@ -135,3 +135,35 @@ def test_dali_batches_do_not_depend_on_threads_or_prefetch(origin):
     assert digest("data.num_threads=3", "data.prefetch=1") == base
     assert digest("data.num_threads=2", "data.prefetch=3") == base
     assert digest("data.num_threads=1", "seed=6") != base
+
+
+def test_torchvision_batches_do_not_depend_on_workers(origin):
+    """The torchvision loader's batches (two epochs) are the same bytes with 0, 1 or 2 workers: each sample's
+    transforms are seeded from the sample, not from the worker; the training process's RNG is left alone."""
+    import torch
+
+    from runner.dist import Dist
+    from runner.loaders import create_loader
+    from runner.validate import validate
+
+    tv = ["data.loader=torchvision", 'data.torchvision.train=["RandomResizedCrop(32)", "RandomHorizontalFlip()", '
+                                     '"ColorJitter(0.4, 0.4, 0.4)", "ToTensor()"]']
+
+    def digest(*overrides: str) -> str:
+        v = validate("experiments/det.yaml", [*tv, *overrides], accelerator="cpu")
+        loader = create_loader(v, "train", Dist())
+        h = hashlib.sha256()
+        for _ in range(2):
+            for images, labels in loader.epoch():
+                h.update(images.numpy().tobytes())
+                h.update(labels.numpy().tobytes())
+        loader.close()
+        return h.hexdigest()
+
+    untouched = torch.rand(3, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    base = digest("data.torchvision.num_workers=0")  # transforms run in this process
+    assert torch.equal(torch.rand(3), untouched)
+    assert digest("data.torchvision.num_workers=1") == base
+    assert digest("data.torchvision.num_workers=2", "data.torchvision.persistent_workers=false") == base
+    assert digest("data.torchvision.num_workers=0", "seed=6") != base

@@ -1,11 +1,12 @@
 """The seed's baseline: torchvision ImageFolder + DataLoader, PIL decode and transforms on CPU workers."""
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from runner.errors import DataError, display_path
 from runner.machine import cpu_cores
@@ -37,8 +38,42 @@ def _skip_listed(dataset, folder) -> int:
     return dropped
 
 
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of one sample's random transforms: a function of the sample, not of the worker it lands on."""
+    return (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + index) % 2**63
+
+
+class SeededSamples(Dataset):
+    """A dataset indexed by (index, seed): each sample's transforms draw from torch's and Python's RNGs seeded
+    with its own seed, so a batch is the same bytes whatever the worker count (workers otherwise seed once
+    each, and the batches they get depend on how many there are)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]):
+        index, seed = key
+        if get_worker_info() is not None:  # a worker's RNGs serve its samples alone
+            return self._seeded(index, seed)
+        with torch.random.fork_rng(devices=[]):  # in the training process: leave its RNGs as they were
+            state = random.getstate()
+            try:
+                return self._seeded(index, seed)
+            finally:
+                random.setstate(state)
+
+    def _seeded(self, index: int, seed: int):
+        torch.default_generator.manual_seed(seed)  # the CPU generator alone: torch.manual_seed costs ~60x more
+        random.seed(seed)
+        return self.dataset[index]
+
+
 class _ShardSampler(Sampler):
-    """This rank's slice of a per-epoch permutation shared by all ranks (train), or a plain slice (eval)."""
+    """This rank's slice of a per-epoch permutation shared by all ranks (train), or a plain slice (eval), as
+    (index, seed) pairs for SeededSamples."""
 
     def __init__(self, n: int, target: Target, seed: int, shuffle: bool, batch: int, drop_last: bool):
         self.n, self.target, self.seed, self.shuffle = n, target, seed, shuffle
@@ -56,7 +91,7 @@ class _ShardSampler(Sampler):
         return mine[:self.length]
 
     def __iter__(self):
-        return iter(self.indices()[self.skip:])
+        return iter([(i, sample_seed(self.seed, self.epoch, i)) for i in self.indices()[self.skip:]])
 
     def __len__(self) -> int:
         return self.length - self.skip
@@ -91,7 +126,8 @@ class FolderLoader:
         if role == "train" and sampler.length == 0:
             raise DataError(f"the training set has {len(dataset)} images: fewer than one batch of {batch} per process.")
         workers = max(0, cpu_cores() // target.local_world - 1) if tv.num_workers == "auto" else tv.num_workers
-        loader = DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=workers,
+        loader = DataLoader(SeededSamples(dataset), batch_size=batch, sampler=sampler, num_workers=workers,
+                            generator=torch.Generator().manual_seed(v.config.seed),  # not the training RNG's draws
                             pin_memory=tv.pin_memory and device.type == "cuda", drop_last=role == "train",
                             persistent_workers=tv.persistent_workers and workers > 0,
                             prefetch_factor=tv.prefetch_factor if workers > 0 else None)
