@@ -2,25 +2,26 @@
 
     python3 bench/h200_session.py PHASE        # run from the repo root on the GPU machine
 
-First session (docs/h200/2026-12-02/): phases a-c each also carry one piece of the DALI/MLflow bundle
-(device-pack), so they do the work that needs no DALI: data, the decoded cache, the torchvision
-baseline and the synthetic ceiling. d unpacks the bundle and measures the DALI loaders eagerly; e with
-torch.compile, then the issue's `runner launch` check; f the loader-only target again.
-Second session (docs/h200/2026-12-02-s2/): h (with piece 0) data and torchvision against anchor.py,
-alternated; k (with piece 3) torch.compile fed by GPU, CPU and hybrid decode; l the loader-only target
-and `runner tune`; then, on a fresh machine whose first call made the data, m: reserved cores and CUDA
-graphs. Third session (docs/h200/2026-12-03/): p1 (with piece 0) the data on each fresh machine; p profiles
-(bench/profile_step.py) and the smallest-files hybrid; q, on a second machine, variants of it; r, the shipped
-experiments/resnet50_dali_compiled.yaml twice against its ceiling (not run: no machine was lent). Fourth session
-(docs/h200/2026-12-03-s4/): p1 again, then s, libjpeg-turbo's fast IDCT for the CPU decode by CPU share; u and v,
-on a second fresh machine, the same comparison for CPU decode of every image and for the hybrid. Phases s, u and v
-set a `fast_idct` pipeline param that was removed after them (no speedup anywhere); they are in this file as of
-commit f6bdd69. Not run yet (the fifth session had no device time left): p1, then w, the training thread's CPU
-columns for the shipped compiled setting against DALI's threads made nicer (data.dali_nice); x, the same with CUDA
-graphs. Every
-measurement a ratio is taken from is in the same phase as its reference, as the targets
-ask. Results go to $OUT: phase-X.log (everything), phase-X.json (parsed numbers) and the `runner bench`
-folders.
+To re-measure the issue's targets on a fresh machine: p1 with the first piece of the DALI bundle (machine and
+data), the middle pieces, then t1 with the last piece unpacked and t2 right after (docs/benchmarks.md, "How to
+re-measure"). Each ratio comes from two numbers of one call; t1 and t2 write targets-t1.md and targets-t2.md.
+
+The phases of earlier sessions stay as they ran:
+- first (docs/h200/2026-12-02/): a-c carry pieces of the bundle and do what needs no DALI (data, the decoded
+  cache, the torchvision baseline, the ceiling); d the DALI loaders eagerly; e with torch.compile and the issue's
+  `runner launch` check; f the loader-only target again;
+- second (docs/h200/2026-12-02-s2/): h data and torchvision against anchor.py, alternated; k torch.compile fed by
+  GPU, CPU and hybrid decode; l the loader-only target and `runner tune`; m and n, on a fresh machine, reserved
+  cores and CUDA graphs;
+- third (docs/h200/2026-12-03/): p1 data; p profiles (bench/profile_step.py) and the smallest-files hybrid; q
+  variants of it on a second machine; r (not run: no machine was lent);
+- fourth (docs/h200/2026-12-03-s4/): s, u and v, libjpeg-turbo's fast IDCT, through a `fast_idct` param removed
+  after them (they are in this file as of commit f6bdd69);
+- written for the next session (the fifth had no device time): w, the training thread's CPU columns for the
+  shipped compiled setting against DALI's threads made nicer (data.dali_nice); x, the same with CUDA graphs.
+
+Every measurement a ratio is taken from is in the same phase as its reference. Results go to $OUT: phase-X.log
+(everything), phase-X.json (parsed numbers) and the `runner bench` folders, tarred.
 """
 from __future__ import annotations
 
@@ -302,7 +303,84 @@ def phase_x() -> None:
     bench("x_shipped", *SHIPPED)
 
 
-PHASES = {"x": phase_x, "w": phase_w, "r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
+# ---- the issue's targets, re-measured: each ratio from two numbers of one call; t1 and t2 each write targets-tN.md
+def phase_t1() -> None:
+    """Loader only against anchor.py's dali_fused; eager from JPEGs (CPU decode), from the decoded cache, and runner's
+    loop against the bare loop on the same loader, all against this call's ceiling; torchvision against e2e_tv."""
+    anchor("dali_fused", f"{SYNTH}/train")
+    bench("t_loader", "experiments/resnet50_dali.yaml", "dali", "loader", "tracking.enabled=false")
+    bench("t_eager", "experiments/resnet50_dali.yaml", "synthetic,dali-cpu,cache", "e2e,bare")
+    anchor("e2e_tv", f"{SYNTH}/train")
+    bench("t_tv", "experiments/resnet50_torchvision.yaml", "torchvision", "e2e", "tracking.enabled=false")
+    targets("t1")
+
+
+def phase_t2() -> None:
+    """torch.compile: the shipped experiments/resnet50_dali_compiled.yaml from JPEGs and the decoded cache, against
+    the ceiling measured before and after; the JPEG run twice."""
+    bench("t_compiled", "experiments/resnet50_dali_compiled.yaml", "synthetic,dali,cache", "e2e",
+          "tracking.enabled=false")
+    bench("t_compiled_again", "experiments/resnet50_dali_compiled.yaml", "dali", "e2e", "tracking.enabled=false")
+    bench("t_compiled_ceiling_again", "experiments/resnet50_dali_compiled.yaml", "synthetic", "e2e",
+          "tracking.enabled=false")
+    targets("t2")
+
+
+def measured(name: str, variant: str | None = None, mode: str = "e2e") -> float | None:
+    """img/s of a `runner bench` row (name, variant, mode) or of an anchor.py line (name alone)."""
+    got = results.get(name) or {}
+    if variant is None:
+        return got.get("images_per_s")
+    row = next((r for r in (got.get("bench") or {}).get("rows", []) if r["variant"] == variant), None)
+    return ((row or {}).get(mode) or {}).get("images_per_s")
+
+
+def ceiling(*names: str) -> float | None:
+    values = [v for v in (measured(n, "synthetic") for n in names) if v]
+    return sum(values) / len(values) if values else None
+
+
+TARGETS = [  # target, runner's number, the reference it is divided by, the band the ratio must fall in
+    ("YAML-compiled DALI pipeline, loader only, >= 1.00x anchor.py dali_fused",
+     lambda: measured("t_loader", "dali", "loader"), lambda: measured("anchor_dali_fused"), (1.00, None)),
+    ("from JPEGs (CPU decode, dali-cpu), eager, >= 97% of the ceiling",
+     lambda: measured("t_eager", "dali-cpu"), lambda: ceiling("t_eager"), (0.97, None)),
+    ("from the decoded cache, eager, >= 99% of the ceiling",
+     lambda: measured("t_eager", "cache"), lambda: ceiling("t_eager"), (0.99, None)),
+    ("runner's overhead (its loop / the bare loop, dali-cpu), <= 1%",
+     lambda: measured("t_eager", "dali-cpu"), lambda: measured("t_eager", "dali-cpu", "bare"), (0.99, None)),
+    ("torchvision within 5% of anchor.py e2e_tv",
+     lambda: measured("t_tv", "torchvision"), lambda: measured("anchor_e2e_tv"), (0.95, 1.05)),
+    ("from JPEGs, torch.compile (resnet50_dali_compiled.yaml), >= 95% of the ceiling",
+     lambda: measured("t_compiled", "dali"), lambda: ceiling("t_compiled", "t_compiled_ceiling_again"), (0.95, None)),
+    ("the same, second run",
+     lambda: measured("t_compiled_again", "dali"), lambda: ceiling("t_compiled", "t_compiled_ceiling_again"),
+     (0.95, None)),
+    ("from the decoded cache, torch.compile, >= 99% of the ceiling",
+     lambda: measured("t_compiled", "cache"), lambda: ceiling("t_compiled", "t_compiled_ceiling_again"), (0.99, None)),
+]
+
+
+def targets(phase: str) -> None:
+    """The targets this call measured, as a table: runner, reference, ratio, met."""
+    lines = ["| target | runner img/s | reference img/s | ratio | met |", "|---|---|---|---|---|"]
+    for target, ours, reference, (low, high) in TARGETS:
+        a, b = ours(), reference()
+        if a is None and b is None:
+            continue  # measured in the other phase
+        if not a or not b:
+            shown = [f"{x:,.0f}" if x else "failed" for x in (a, b)]
+            lines.append(f"| {target} | {shown[0]} | {shown[1]} | - | **no** |")
+            continue
+        ratio = a / b
+        met = ratio >= low and (high is None or ratio <= high)
+        lines.append(f"| {target} | {a:,.0f} | {b:,.0f} | {ratio:.3f} | {'yes' if met else '**no**'} |")
+    (OUT / f"targets-{phase}.md").write_text("\n".join(lines) + "\n")
+    log_file.write("\n" + "\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+
+
+PHASES = {"t1": phase_t1, "t2": phase_t2, "x": phase_x, "w": phase_w, "r": phase_r, "q": phase_q, "p1": phase_p1, "p": phase_p, "n": phase_n, "m": phase_m, "h": phase_h, "k": phase_k, "l": phase_l, "f": phase_f, "a": phase_a, "b": phase_b, "c": phase_c, "d": phase_d, "e": phase_e}
 
 
 def main(phase: str) -> int:
