@@ -8,11 +8,9 @@ from typing import Any
 
 import torch
 
-from runner.errors import DataError
+from runner.errors import ConfigError, DataError, display_path
 
 LAST = "last.pt"
-
-
 def run_dir(checkpoint_dir: str | Path, experiment: str, run_id: str) -> Path:
     """Where one run keeps its checkpoints: CHECKPOINT_DIR/EXPERIMENT/RUN_ID/."""
     return Path(checkpoint_dir) / (experiment or "experiment") / run_id
@@ -54,3 +52,34 @@ def find_latest(checkpoint_dir: str | Path, experiment: str) -> Path | None:
     root = Path(checkpoint_dir) / (experiment or "experiment")
     found = sorted(root.glob(f"*/{LAST}"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+
+def fixed_settings(v, world: int) -> dict[str, Any]:
+    """The settings a checkpoint's state is shaped by: the model's and optimizer's state dicts, and the readers'
+    positions (which files each process lists, in which order, in batches of what size). Saved with it."""
+    cfg = v.config
+    train = v.loaded.pipelines.get("train")
+    hybrid = train.hybrid if train else None
+    return {"model.name": cfg.model.name, "model.num_classes": cfg.model.num_classes,
+            "model.kwargs": dict(cfg.model.kwargs), "optimizer.name": cfg.optimizer.name,
+            "scheduler.name": cfg.scheduler.name, "seed": cfg.seed, "data.loader": cfg.data.loader,
+            "data.root": cfg.data.root, "data.train_split": cfg.data.train_split,
+            "data.batch_size": cfg.data.batch_size, "processes": world,
+            "pipelines.train.hybrid": None if hybrid is None else f"share {hybrid.share:g}, deal {hybrid.deal}"}
+
+
+def check_resumable(state: dict[str, Any], path: Path, settings: dict[str, Any]) -> None:
+    """Refuse to resume under settings the checkpoint's state does not fit, before anything starts or is logged."""
+    saved = state.get("fixed_settings", {})
+    differ = [f"{key}: {_show(saved[key])} in the checkpoint, {_show(now)} now"
+              for key, now in settings.items() if key in saved and saved[key] != now]
+    if differ:
+        raise ConfigError(f"checkpoint {display_path(path)} cannot resume under these settings: "
+                          f"{'; '.join(differ)}. Its model, optimizer and data readers' positions were saved under "
+                          "the checkpoint's values: launch with those, or start a new run without --resume.",
+                          where="--resume")
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value)

@@ -153,7 +153,11 @@ def run_worker(v, *, resume: str | None = None) -> int:
         if dist.under_torchrun() and d.local_rank == 0 and WORKER_ENV not in os.environ:
             ensure_data(v, quiet=d.rank != 0)  # started by the user's own torchrun: nobody did it yet
         dist.barrier(d)
-        state = checkpoint.load(resolve_resume(v, resume)) if resume else None
+        state = None
+        if resume:
+            path = resolve_resume(v, resume)
+            state = checkpoint.load(path)
+            checkpoint.check_resumable(state, path, checkpoint.fixed_settings(v, d.world))
         run_id = state["run_id"] if state else None
         from runner.tracking import create_tracker
 

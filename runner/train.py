@@ -165,7 +165,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
             "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
             "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
-            "config": v.loaded.resolved}, ckpt_dir)
+            "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world)}, ckpt_dir)
 
     # ---- loop --------------------------------------------------------------------------------
     with StopRequest() as stop:

@@ -192,3 +192,23 @@ def _env(pid: int) -> dict[str, str]:
     except OSError:
         return {}
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def test_resume_under_settings_the_checkpoint_does_not_fit_is_refused_before_anything_starts(workdir):
+    done = runner(workdir, "launch", "experiments/tiny.yaml", "trainer.max_steps=2", "tracking.run_name=short")
+    assert done.wait(timeout=300) == 0, done.stdout.read()
+    run, _ = history(workdir, "short")
+    ckpt = Path(workdir, run.data.tags["runner.checkpoint"])
+    saved = ckpt.read_bytes()
+    refused = runner(workdir, "launch", "experiments/tiny.yaml", "--resume", "last", "data.batch_size=8",
+                     "pipelines.train.hybrid.share=0.5", "pipelines.train.hybrid.params.decode_device=cpu")
+    out = refused.stdout.read()
+    assert refused.wait(timeout=120) == 2
+    assert out.splitlines()[-1] == (
+        f"error: --resume: checkpoint {ckpt.relative_to(workdir)} cannot resume under these settings: "
+        "data.batch_size: 4 in the checkpoint, 8 now; pipelines.train.hybrid: none in the checkpoint, share 0.5, deal "
+        "random now. Its model, optimizer and data readers' "
+        "positions were saved under the checkpoint's values: launch with those, or start a new run without --resume.")
+    assert "Traceback" not in out and ckpt.read_bytes() == saved
+    run_after, _ = history(workdir, "short")
+    assert run_after.info.status == "FINISHED"  # the run was not reopened, nor marked failed
