@@ -70,6 +70,11 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
     ensure_data(v)
     if v.target.world == 1:
         return run_worker(v, resume=resume)
+    if resume:  # refused here once, rather than by every process torchrun would start
+        from runner import checkpoint
+
+        path = resolve_resume(v, resume)
+        checkpoint.check_resumable(checkpoint.load(path), path, checkpoint.fixed_settings(v, v.target.world))
     return run_torchrun(torchrun_args(v, experiment, overrides, ["--resume", resume] if resume else []),
                         v.processes)
 

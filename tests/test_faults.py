@@ -210,5 +210,12 @@ def test_resume_under_settings_the_checkpoint_does_not_fit_is_refused_before_any
         "random now. Its model, optimizer and data readers' "
         "positions were saved under the checkpoint's values: launch with those, or start a new run without --resume.")
     assert "Traceback" not in out and ckpt.read_bytes() == saved
+    two = runner(workdir, "launch", "experiments/tiny.yaml", "--resume", "last", "trainer.devices=2")
+    out = two.stdout.read()
+    assert two.wait(timeout=120) == 2 and "torchrun" not in out  # refused once, before any process is started
+    assert [ln for ln in out.splitlines() if ln.startswith("error:")] == [
+        f"error: --resume: checkpoint {ckpt.relative_to(workdir)} cannot resume under these settings: processes: 1 "
+        "in the checkpoint, 2 now. Its model, optimizer and data readers' positions were saved under the "
+        "checkpoint's values: launch with those, or start a new run without --resume."]
     run_after, _ = history(workdir, "short")
     assert run_after.info.status == "FINISHED"  # the run was not reopened, nor marked failed
