@@ -39,7 +39,7 @@ def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
     md = (project / "b" / "bench.md").read_text()
     assert "| loader | configuration | loader-only img/s | train img/s | of ceiling | data wait | training thread busy / queued |" in md
     assert rows["dali"]["e2e"]["train_thread_busy_pct"] > 0 and rows["dali"]["e2e"]["train_thread_queued_pct"] >= 0
-    assert "| synthetic | random tensors on the device (ceiling) | - |" in md
+    assert "| synthetic | random tensors on the device (ceiling), 32x32 | - |" in md
     assert "tiny.yaml: 4 steps after 2 warm-up, batch 4" in out
     client = MlflowClient(f"sqlite:///{project}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
@@ -59,6 +59,23 @@ def test_the_bare_loop_row_compares_runner_with_the_same_loader(tiny, project, c
     assert bare["steps"] == 4 and bare["images_per_s"] > 0 and 0 <= bare["data_wait_share"] < 1
     overhead = f"{100 * e2e['images_per_s'] / bare['images_per_s']:.1f}%"
     assert f" | {overhead} |" in (project / "b" / "bench.md").read_text()
+
+
+def test_a_torchvision_row_on_other_images_than_the_ceiling_is_flagged(tiny, project, capsys):
+    args = ["bench", tiny, "--loaders", "synthetic,torchvision", "--modes", "loader", "--warmup", "2", "--steps", "2",
+            "--window", "2", "tracking.enabled=false", "data.torchvision.num_workers=0"]
+    code, out, err = run_cli([*args, "--out", project / "b"], capsys)
+    assert code == 0, err + out
+    note = ("note: data.torchvision.train makes 224x224 images, the ceiling and the pipelines 32x32: the torchvision "
+            "row trains on other images than the rest. Give data.torchvision.train the same crop to compare them.")
+    assert note in " ".join((out + err).split())
+    md = (project / "b" / "bench.md").read_text()
+    assert "| random tensors on the device (ceiling), 32x32 |" in md
+    assert "| torchvision DataLoader (PIL on CPU), 224x224 |" in md
+    code, out, err = run_cli([*args, "--out", project / "c", 'data.torchvision.train=["RandomResizedCrop(32)", '
+                                                          '"ToTensor()"]'], capsys)
+    assert code == 0 and "data.torchvision.train makes" not in out + err
+    assert "| torchvision DataLoader (PIL on CPU), 32x32 |" in (project / "c" / "bench.md").read_text()
 
 
 HIDE_DALI = """\

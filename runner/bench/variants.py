@@ -25,6 +25,32 @@ def _size(role: str, source) -> tuple[str, ...]:
     return (f"pipelines.{role}.params.size={source.params['size']}",) if source and "size" in source.params else ()
 
 
+def torchvision_size(v) -> tuple[int, int]:
+    """(height, width) of what data.torchvision.train makes of an image, found by running it on one."""
+    from PIL import Image
+
+    from runner.loaders.transforms import build_transforms
+
+    train, _ = build_transforms(v.config.data.torchvision, v.loaded.where)
+    out = train(Image.new("RGB", (320, 240)))
+    return tuple(out.shape[-2:]) if hasattr(out, "shape") else out.size[::-1]
+
+
+def size_note(v, chosen: list[Variant]) -> str | None:
+    """A warning when torchvision trains on other images than the ceiling (its transforms are its own)."""
+    names = [c.name for c in chosen]
+    if "torchvision" not in names or len(names) < 2:
+        return None
+    tv = torchvision_size(v)
+    train = v.loaded.pipelines.get("train")
+    side = train.params["size"] if train and "size" in train.params else v.config.data.image_size
+    if tv == (side, side):
+        return None
+    return (f"data.torchvision.train makes {tv[0]}x{tv[1]} images, the ceiling and the pipelines {side}x{side}: the "
+            "torchvision row trains on other images than the rest. Give data.torchvision.train the same crop to "
+            "compare them.")
+
+
 def _params(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
@@ -34,8 +60,10 @@ def variants(v, names: list[str]) -> list[Variant]:
     train = v.loaded.pipelines.get("train")
     # the ceiling trains on the same image size as the pipelines it is compared with
     size = (f"data.image_size={train.params['size']}",) if train and "size" in train.params else ()
+    side = train.params["size"] if train and "size" in train.params else v.config.data.image_size
     table = {
-        "synthetic": Variant("synthetic", ("data.loader=synthetic", *size), "random tensors on the device (ceiling)"),
+        "synthetic": Variant("synthetic", ("data.loader=synthetic", *size),
+                             f"random tensors on the device (ceiling), {side}x{side}"),
         "dali": Variant("dali", ("data.loader=dali",), f"DALI, {train.name if train else '?'} as configured"
                         + (f"; a copy with {_params(train.hybrid.params)} makes {train.hybrid.share:g} of each batch"
                            if train and train.hybrid else "")),
@@ -48,7 +76,9 @@ def variants(v, names: list[str]) -> list[Variant]:
                                    "pipelines.train.use=imagenet_train_cache", *_size("train", train),
                                    "~pipelines.eval", "pipelines.eval.use=imagenet_eval_cache"),
                          "DALI from the pre-decoded cache (max side 256)"),
-        "torchvision": Variant("torchvision", ("data.loader=torchvision",), "torchvision DataLoader (PIL on CPU)"),
+        "torchvision": Variant("torchvision", ("data.loader=torchvision",),
+                               "torchvision DataLoader (PIL on CPU)" + ("" if "torchvision" not in names else
+                                                                        ", {}x{}".format(*torchvision_size(v)))),
     }
     out = []
     for name in names:

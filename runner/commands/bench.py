@@ -37,7 +37,7 @@ def _machine() -> dict[str, str]:
 def run(args) -> int:
     from runner.bench.report import chart, markdown, rows, COLUMNS
     from runner.bench.suite import BenchResult, run_suite, stamp
-    from runner.bench.variants import cache_dir, variants
+    from runner.bench.variants import cache_dir, size_note, variants
     from runner.errors import ConfigError
     from runner.launch import ensure_data
     from runner.validate import validate
@@ -56,6 +56,8 @@ def run(args) -> int:
     v = validate(path, overrides, check_pipelines=bool(DALI_LOADERS & set(names)))
     chosen = variants(v, names)
     cpu_note(v.graphs)
+    if note := size_note(v, chosen):
+        console.note(note)
     if set(names) - {"synthetic"}:
         ensure_data(v)
     if any(c.name == "cache" for c in chosen):
