@@ -11,6 +11,8 @@ import torch
 from runner.errors import ConfigError, DataError, display_path
 
 LAST = "last.pt"
+
+
 def run_dir(checkpoint_dir: str | Path, experiment: str, run_id: str) -> Path:
     """Where one run keeps its checkpoints: CHECKPOINT_DIR/EXPERIMENT/RUN_ID/."""
     return Path(checkpoint_dir) / (experiment or "experiment") / run_id
@@ -52,7 +54,6 @@ def find_latest(checkpoint_dir: str | Path, experiment: str) -> Path | None:
     root = Path(checkpoint_dir) / (experiment or "experiment")
     found = sorted(root.glob(f"*/{LAST}"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
-
 
 
 def fixed_settings(v, world: int) -> dict[str, Any]:

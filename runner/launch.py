@@ -71,10 +71,7 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
     if v.target.world == 1:
         return run_worker(v, resume=resume)
     if resume:  # refused here once, rather than by every process torchrun would start
-        from runner import checkpoint
-
-        path = resolve_resume(v, resume)
-        checkpoint.check_resumable(checkpoint.load(path), path, checkpoint.fixed_settings(v, v.target.world))
+        load_resume(v, resume, v.target.world)
     return run_torchrun(torchrun_args(v, experiment, overrides, ["--resume", resume] if resume else []),
                         v.processes)
 
@@ -147,7 +144,7 @@ def log_run_inputs(v, tracker, world: int) -> None:
 
 def run_worker(v, *, resume: str | None = None) -> int:
     """One training process: join the group, train, record, tear down."""
-    from runner import checkpoint, dist
+    from runner import dist
     from runner.summary import print_summary
     from runner.train import train
 
@@ -158,11 +155,7 @@ def run_worker(v, *, resume: str | None = None) -> int:
         if dist.under_torchrun() and d.local_rank == 0 and WORKER_ENV not in os.environ:
             ensure_data(v, quiet=d.rank != 0)  # started by the user's own torchrun: nobody did it yet
         dist.barrier(d)
-        state = None
-        if resume:
-            path = resolve_resume(v, resume)
-            state = checkpoint.load(path)
-            checkpoint.check_resumable(state, path, checkpoint.fixed_settings(v, d.world))
+        state = load_resume(v, resume, d.world) if resume else None
         run_id = state["run_id"] if state else None
         from runner.tracking import create_tracker
 
@@ -198,6 +191,16 @@ def torch_threads(d) -> None:
 
     if d.device.type == "cpu":
         torch.set_num_threads(max(1, cpu_cores() // max(1, d.local_world)))
+
+
+def load_resume(v, resume: str, world: int) -> dict:
+    """The checkpoint --resume names, refused if the experiment's settings do not fit it."""
+    from runner import checkpoint
+
+    path = resolve_resume(v, resume)
+    state = checkpoint.load(path)
+    checkpoint.check_resumable(state, path, checkpoint.fixed_settings(v, world))
+    return state
 
 
 def resolve_resume(v, resume: str) -> Path:

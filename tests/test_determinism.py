@@ -113,23 +113,27 @@ def test_two_processes_same_curves_from_a_second_checkout(origin, checkout):
     assert_identical(here, there)
 
 
-def test_dali_batches_do_not_depend_on_threads_or_prefetch(origin):
-    """The DALI CPU pipeline's batches (images and labels, two epochs) are the same bytes whatever the thread
-    count and queue depth; only the seed changes them."""
+def batch_digest(overrides: list[str], **validate_args) -> str:
+    """sha256 of two epochs of experiments/det.yaml's training batches (images and labels) under `overrides`."""
     from runner.dist import Dist
     from runner.loaders import create_loader
     from runner.validate import validate
 
+    loader = create_loader(validate("experiments/det.yaml", overrides, **validate_args), "train", Dist())
+    h = hashlib.sha256()
+    for _ in range(2):
+        for images, labels in loader.epoch():
+            h.update(images.numpy().tobytes())
+            h.update(labels.numpy().tobytes())
+    loader.close()
+    return h.hexdigest()
+
+
+def test_dali_batches_do_not_depend_on_threads_or_prefetch(origin):
+    """The DALI CPU pipeline's batches (images and labels, two epochs) are the same bytes whatever the thread
+    count and queue depth; only the seed changes them."""
     def digest(*overrides: str) -> str:
-        v = validate("experiments/det.yaml", list(overrides))
-        loader = create_loader(v, "train", Dist())
-        h = hashlib.sha256()
-        for _ in range(2):
-            for images, labels in loader.epoch():
-                h.update(images.numpy().tobytes())
-                h.update(labels.numpy().tobytes())
-        loader.close()
-        return h.hexdigest()
+        return batch_digest(list(overrides))
 
     base = digest("data.num_threads=1")
     assert digest("data.num_threads=3", "data.prefetch=1") == base
@@ -142,23 +146,11 @@ def test_torchvision_batches_do_not_depend_on_workers(origin):
     transforms are seeded from the sample, not from the worker; the training process's RNG is left alone."""
     import torch
 
-    from runner.dist import Dist
-    from runner.loaders import create_loader
-    from runner.validate import validate
-
     tv = ["data.loader=torchvision", 'data.torchvision.train=["RandomResizedCrop(32)", "RandomHorizontalFlip()", '
                                      '"ColorJitter(0.4, 0.4, 0.4)", "ToTensor()"]']
 
     def digest(*overrides: str) -> str:
-        v = validate("experiments/det.yaml", [*tv, *overrides], accelerator="cpu")
-        loader = create_loader(v, "train", Dist())
-        h = hashlib.sha256()
-        for _ in range(2):
-            for images, labels in loader.epoch():
-                h.update(images.numpy().tobytes())
-                h.update(labels.numpy().tobytes())
-        loader.close()
-        return h.hexdigest()
+        return batch_digest([*tv, *overrides], accelerator="cpu")
 
     untouched = torch.rand(3, generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)

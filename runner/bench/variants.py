@@ -25,6 +25,15 @@ def _size(role: str, source) -> tuple[str, ...]:
     return (f"pipelines.{role}.params.size={source.params['size']}",) if source and "size" in source.params else ()
 
 
+DALI_LOADERS = {"dali", "dali-cpu", "cache"}
+
+
+def ceiling_side(v) -> int:
+    """The side of the ceiling's square images: the train pipeline's `size` param, else data.image_size."""
+    train = v.loaded.pipelines.get("train")
+    return train.params["size"] if train and "size" in train.params else v.config.data.image_size
+
+
 def torchvision_size(v) -> tuple[int, int]:
     """(height, width) of what data.torchvision.train makes of an image, found by running it on one."""
     from PIL import Image
@@ -41,9 +50,7 @@ def size_note(v, chosen: list[Variant]) -> str | None:
     names = [c.name for c in chosen]
     if "torchvision" not in names or len(names) < 2:
         return None
-    tv = torchvision_size(v)
-    train = v.loaded.pipelines.get("train")
-    side = train.params["size"] if train and "size" in train.params else v.config.data.image_size
+    tv, side = torchvision_size(v), ceiling_side(v)
     if tv == (side, side):
         return None
     return (f"data.torchvision.train makes {tv[0]}x{tv[1]} images, the ceiling and the pipelines {side}x{side}: the "
@@ -60,7 +67,7 @@ def variants(v, names: list[str]) -> list[Variant]:
     train = v.loaded.pipelines.get("train")
     # the ceiling trains on the same image size as the pipelines it is compared with
     size = (f"data.image_size={train.params['size']}",) if train and "size" in train.params else ()
-    side = train.params["size"] if train and "size" in train.params else v.config.data.image_size
+    side = ceiling_side(v)
     table = {
         "synthetic": Variant("synthetic", ("data.loader=synthetic", *size),
                              f"random tensors on the device (ceiling), {side}x{side}"),
@@ -85,7 +92,7 @@ def variants(v, names: list[str]) -> list[Variant]:
         if name not in table:
             raise ConfigError(f"unknown loader '{name}'.{did_you_mean(name, table)} Loaders: {', '.join(table)}.",
                               file="command line", where="--loaders")
-        if name in ("dali", "dali-cpu", "cache") and train is None:
+        if name in DALI_LOADERS and train is None:
             raise ConfigError(f"loader '{name}' needs the experiment's DALI pipelines, and this experiment has none "
                               f"(data.loader is {v.config.data.loader}); benchmark an experiment with pipelines, "
                               "e.g. experiments/resnet50_dali.yaml.", file=v.loaded.path)

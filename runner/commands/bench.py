@@ -9,7 +9,6 @@ from runner import console
 from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
 
 DEFAULT_LOADERS = "synthetic,dali,dali-cpu,cache,torchvision"
-DALI_LOADERS = {"dali", "dali-cpu", "cache"}
 
 
 def register(sub) -> None:
@@ -37,7 +36,7 @@ def _machine() -> dict[str, str]:
 def run(args) -> int:
     from runner.bench.report import chart, markdown, rows, COLUMNS
     from runner.bench.suite import BenchResult, run_suite, stamp
-    from runner.bench.variants import cache_dir, size_note, variants
+    from runner.bench.variants import DALI_LOADERS, cache_dir, size_note, variants
     from runner.errors import ConfigError
     from runner.launch import ensure_data
     from runner.validate import validate
