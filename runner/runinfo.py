@@ -11,19 +11,41 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+CODE_PATTERNS = ("*.py", "*.yaml", "*.yml")  # untracked files that change what a run does
 
 
 def git_state(path: Path = PACKAGE_ROOT) -> dict[str, str]:
-    """Commit and dirty flag of the checkout holding `path` (empty outside git)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
+    """Commit and dirty flag of the checkout holding `path` (empty outside git).
+
+    Dirty means the code differs from the commit: a tracked file changed, or an untracked Python or YAML
+    file (a module the run imports, an experiment or pipeline it reads). Other untracked files are not
+    code, among them what a starting run writes beside it: the sqlite journal of a ./mlflow.db store
+    exists while the store is written, and git lists it as untracked."""
+    def git(*args: str) -> list[str]:
+        out = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+        return [p for p in out.split("\0") if p]
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain"))  # untracked modules are code the run imports too
-    except (OSError, subprocess.SubprocessError):
+        commit = git("rev-parse", "HEAD")[0].strip()
+        changed = _changed_paths(git("status", "--porcelain", "-z", "--untracked-files=no"))
+        changed += git("ls-files", "-z", "--others", "--exclude-standard", "--", *CODE_PATTERNS)
+    except (OSError, subprocess.SubprocessError, IndexError):
         return {}
-    return {"git.commit": commit, "git.dirty": str(dirty).lower()}
+    state = {"git.commit": commit, "git.dirty": str(bool(changed)).lower()}
+    if changed:
+        state["git.dirty_files"] = ", ".join(changed[:10]) + (f" (+{len(changed) - 10} more)" if len(changed) > 10 else "")
+    return state
+
+
+def _changed_paths(entries: list[str]) -> list[str]:
+    """Paths of `git status --porcelain -z` entries ("XY path"; a rename or copy's old path follows as an entry
+    of its own)."""
+    paths, entries = [], iter(entries)
+    for entry in entries:
+        paths.append(entry[3:])
+        if entry[0] in "RC":
+            next(entries, None)
+    return paths
 
 
 def versions() -> dict[str, str]:
