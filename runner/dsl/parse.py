@@ -13,7 +13,7 @@ import ast
 import re
 
 from runner.config.load import PipelineSource
-from runner.dsl.graph import Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
+from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
 from runner.errors import ConfigError
 
 _PARAM_PREFIX = "__param__"
@@ -137,8 +137,8 @@ def parse_step(text: str, index: int = 1, line: int | None = None) -> Step:
     if not isinstance(assign.value, ast.Call):
         raise _StepError(f"the right-hand side must be an operator call; {SHAPE}")
     call = _call(assign.value)
-    if isinstance(call, Gpu):
-        raise _StepError(".gpu() is written where a stream is used, e.g. `resize(images.gpu(), ...)`")
+    if isinstance(call, Gpu):  # `labels = labels.gpu()`, as NVIDIA's examples write it
+        call = Call(GPU_COPY, (call.stream,), ())
     return Step(index=index, text=text.strip(), line=line, targets=names, call=call)
 
 
