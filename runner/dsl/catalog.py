@@ -23,6 +23,9 @@ from runner.errors import ConfigError, closest, did_you_mean, list_names
 RUNNER_OWNED = {"shard_id": "the global rank", "num_shards": "the world size"}
 # Registered in C++ but fed by Python callables: never reachable from a YAML file.
 EXCLUDED = {"external_source"}
+# DALI's Python-side operators that take a callable: what unknown_message explains
+PYTHON_CALLBACKS = {"external_source", "python_function", "torch_python_function", "dl_tensor_python_function",
+                    "experimental.inputs.video", "plugin.pytorch.fn.torch_python_function"}
 # Accepted by every operator although no schema lists them.
 COMMON_ARGS = ("device", "name")
 
@@ -162,6 +165,9 @@ class Catalog:
         return next((n for n in self.names() if n.split(".")[-1] == leaf_guess), None)
 
     def unknown_message(self, name: str) -> str:
+        if name in PYTHON_CALLBACKS:
+            return (f"{name} calls back into Python code, and a pipeline step cannot name code; read the data "
+                    "with a reader (readers.file, readers.numpy, ...) and transform it with DALI operators.")
         guess = self.suggest(name)
         hint = f" Did you mean '{guess}'?" if guess else ""
         return (f"unknown operator '{name}'.{hint} Operators are DALI's fn names, such as "

@@ -124,6 +124,10 @@ def parse_step(text: str, index: int = 1, line: int | None = None) -> Step:
         tree = ast.parse(_replace_params(text.strip()), mode="exec")
     except SyntaxError as e:
         raise _StepError(f"syntax error: {e.msg}; {SHAPE}") from None
+    if any(isinstance(n, (ast.If, ast.IfExp, ast.While, ast.For)) for n in ast.walk(tree)):
+        raise _StepError("Python control flow (if, for, while, or DALI's conditionals with enable_conditionals) "
+                         "cannot be a step, since each step is one operator call; choose per sample with an "
+                         "argument input such as mirror=random.coin_flip(probability=0.5), or an auto_aug policy")
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign) or len(tree.body[0].targets) != 1:
         raise _StepError(SHAPE)
     assign = tree.body[0]
