@@ -38,9 +38,9 @@ CASES = [
      "Did you mean 'decoders.image'? Operators are DALI's fn names, such as readers.file, decoders.image, "
      "resize, crop_mirror_normalize, random.coin_flip; `runner ops` lists all"),
     ("unqualified operator",
-     [READ, "images = decoders.image(jpegs)", "images = flip(images, horizontal=coin_flip())", NORM], None,
-     "step 3 (images = flip(images, horizontal=coin_flip())): unknown operator 'coin_flip'. "
-     "Did you mean 'random.coin_flip'?"),
+     [READ, "images = decoders.image(jpegs)", "images = flip(images, horizontal=normal())", NORM], None,
+     "step 3 (images = flip(images, horizontal=normal())): unknown operator 'normal'. "
+     "Did you mean 'random.normal'?"),
     ("unknown argument",
      [READ, "images = decoders.image(jpegs)", "images = resize(images, resize_shortr=256)", NORM], None,
      "step 3 (images = resize(images, resize_shortr=256)): unknown argument 'resize_shortr'. resize takes: "
@@ -55,9 +55,12 @@ CASES = [
     ("list for a scalar",
      [READ, "images = decoders.image(jpegs)", "images = resize(images, antialias=[True])", NORM], None,
      "argument 'antialias' of resize takes a single value (True or False), not a list."),
-    ("bool for an int",
-     [READ, "images = decoders.image(jpegs)", "images = flip(images, horizontal=True)", NORM], None,
-     "argument 'horizontal' of flip takes an integer; got True."),
+    ("fraction for an int",
+     [READ, "images = decoders.image(jpegs)", "images = flip(images, horizontal=0.5)", NORM], None,
+     "argument 'horizontal' of flip takes an integer; got 0.5, which DALI would truncate to 0."),
+    ("string for a bool",
+     [READ, "images = decoders.image(jpegs)", "images = resize(images, size=8, antialias='False')", NORM], None,
+     "argument 'antialias' of resize takes True or False; got 'False'."),
     ("enum of the wrong kind",
      [READ, "images = decoders.image(jpegs, output_type=FLOAT)", NORM], None,
      "argument 'output_type' of decoders.image takes an image type (RGB, BGR, GRAY, YCbCr, ANY_DATA); "
@@ -150,7 +153,8 @@ CASES = [
      "arithmetic '*' needs numbers; got 'a' and 2."),
     ("python callables are not operators",
      [READ, "images = external_source(jpegs)", NORM], None,
-     "unknown operator 'external_source'."),
+     "external_source calls back into Python code, and a pipeline step cannot name code; read the data with a "
+     "reader (readers.file, readers.numpy, ...) and transform it with DALI operators."),
     ("three outputs",
      [READ, "images = decoders.image(jpegs)", NORM], ("images", "labels", "jpegs"),
      "outputs: the train pipeline returns 3 stream(s); the trainer takes two: images (float, CHW) and labels, "
@@ -200,3 +204,24 @@ def test_cpu_placement_is_announced_once(project, capsys):
     assert code == 0, err
     assert err.count("note: no GPU here") == 1
     assert "train steps 2 moved from mixed/gpu to cpu" in err
+
+
+ACCEPTED = [
+    # what DALI 2.4 runs, as its examples write it: deprecated names, Python numbers as DALI converts them,
+    # enums by number, layout constants, a stream copied to the GPU by a step of its own
+    "images = flip(images, horizontal=True)",
+    "images = crop_mirror_normalize(images, mirror=1, mean=128, std=1.0, output_layout=types.NCHW)",
+    "images = resize(images, size=8, interp_type=1, antialias=0)",
+    "images = jpeg_compression_distortion(images, quality=5.0)",
+    "images = flip(images, horizontal=coin_flip(probability=0.5))",
+    "images = rotate(images, angle=uniform(range=[-10, 10], seed=3))",
+]
+
+
+@pytest.mark.parametrize("step", ACCEPTED)
+def test_dali_accepted_forms_validate(project, capsys, step):
+    path = write_experiment(project, [READ, "images = image_decoder(jpegs, output_type=types.RGB)", step,
+                                      "images = images.gpu()"])
+    code, out, err = run_cli(["validate", path, "trainer.accelerator=cpu"], capsys)
+    assert code == 0, err
+    assert "note: DALI has deprecated fn.image_decoder (now fn.decoders.image)" in err

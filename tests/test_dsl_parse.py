@@ -1,7 +1,7 @@
 """DSL text -> graph: table-driven (source, expected) and (source, error) pairs."""
 import pytest
 
-from runner.dsl.graph import Arith, Call, Const, Gpu, Name, Param, Seq
+from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, Name, Param, Seq
 from runner.dsl.parse import _StepError, parse_output, parse_step
 
 PARSES = [
@@ -22,6 +22,7 @@ PARSES = [
      ("x",), Call("crop_mirror_normalize", (Name("y"),),
                   (("mean", Seq((Arith("*", Const(0.485), Const(255)), Const(-1)))),
                    ("std", Seq((Arith("/", Const(4), Const(3)),)))))),
+    ("labels = labels.gpu()", ("labels",), Call(GPU_COPY, (Name("labels"),), ())),
     ("x = resize(y, file='$not_a_param')", ("x",),
      Call("resize", (Name("y"),), (("file", Const("$not_a_param")),))),
 ]
@@ -49,9 +50,10 @@ ERRORS = [
     ("images.x = resize(images)", "outputs must be plain names"),
     ("images = resize(images, size=$)", "'$' must be followed by a parameter name"),
     ("$size = resize(images)", "a $parameter cannot be assigned"),
-    ("images = images.gpu()", ".gpu() is written where a stream is used"),
     ("images = resize(images.gpu(1))", ".gpu() takes no arguments"),
     ("a = resize(x); b = resize(a)", "a step is written"),
+    ("if c: images = flip(images)", "Python control flow (if, for, while, or DALI's conditionals"),
+    ("images = flip(images) if c else images", "Python control flow"),
 ]
 
 

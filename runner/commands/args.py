@@ -28,7 +28,12 @@ def add_experiment(parser) -> None:
 
 
 def cpu_note(graphs: dict) -> None:
-    """Say once that a GPU pipeline was placed on the CPU."""
+    """Say once that a GPU pipeline was placed on the CPU, and which deprecated DALI names it was written with."""
+    renamed = dict(pair for g in graphs.values() for pair in g.renamed)
+    if renamed:
+        console.note("DALI has deprecated " + ", ".join(
+            f"fn.{old} (now fn.{new})" if new != old else f"fn.{old} (no replacement named; it still runs)"
+            for old, new in renamed.items()) + "; the pipelines are compiled with the current names.")
     moved = {role: g.moved_to_cpu for role, g in graphs.items() if g.moved_to_cpu}
     if moved:
         where = "; ".join(f"{role} steps {', '.join(map(str, steps))}" for role, steps in moved.items())

@@ -41,6 +41,26 @@ def enum_default_name(dali_type: str, default: str | None) -> str | None:
         return default
 
 
+@functools.cache
+def layout_constants() -> dict[str, str]:
+    """The layout names DALI's types module defines (types.NCHW == "CHW", types.NHWC, ...)."""
+    from nvidia.dali import types
+
+    return {n: v for n, v in vars(types).items() if n.isupper() and isinstance(v, str)}
+
+
+def enum_of_number(kind: str, number: Any) -> str | None:
+    """The member name of an enum written as its number (interp_type=1), as DALI converts it; None if none."""
+    if isinstance(number, bool) or not isinstance(number, int):
+        return None
+    from nvidia.dali import types
+
+    try:
+        return getattr(types, kind)(number).name
+    except ValueError:
+        return None
+
+
 def enum_kind_of(name: str) -> str | None:
     """Which enum a bare constant name belongs to, if any (first match)."""
     for kind, names in enum_members().items():
@@ -87,18 +107,24 @@ def literal_problem(value: Any, dali_type: str) -> str | None:
     if not vec and isinstance(value, (list, tuple)):
         return f"takes a single value ({describe_type(dali_type)}), not a list"
     for v in values:
+        if base in _INTS and isinstance(v, float) and not v.is_integer():
+            return f"takes {describe_type(dali_type)}; got {v!r}, which DALI would truncate to {int(v)}"
         if not _fits(v, base):
             return f"takes {describe_type(dali_type)}; got {v!r}"
     return None
 
 
 def _fits(v: Any, base: str) -> bool:
+    """What DALI's own conversion (bool(), int(), float() of the value) takes without changing what was meant:
+    numbers for bools (mirror=1), bools and whole floats for integers, any number for floats."""
+    number = isinstance(v, (int, float))
     if base == "BOOL":
-        return isinstance(v, bool)
+        return number
     if base in _INTS:
-        return isinstance(v, int) and not isinstance(v, bool) and (v >= 0 or not base.startswith("U"))
+        whole = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+        return whole and (v >= 0 or not base.startswith("U"))
     if base in _FLOATS:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+        return number
     if base in ("STRING", "TENSOR_LAYOUT"):
         return isinstance(v, str)
     if base == "PYTHON_OBJECT":

@@ -5,6 +5,10 @@ input counts and typed arguments. Python-level helpers that take callables (pyth
 external_source) are left out on purpose: a YAML file must not name code. The automatic
 augmentation policies (`auto_aug.*`), which are Python functions over DALI operators, are added
 by hand with signatures read from the functions themselves.
+
+DALI still runs the names it has deprecated (`fn.image_decoder`, `fn.file_reader`, ...): the catalog
+maps each to the operator DALI names as its replacement (`DeprecatedInFavorOf`), so a line from an
+older example checks against the current operator and compiles to its current name.
 """
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ from runner.errors import ConfigError, closest, did_you_mean, list_names
 RUNNER_OWNED = {"shard_id": "the global rank", "num_shards": "the world size"}
 # Registered in C++ but fed by Python callables: never reachable from a YAML file.
 EXCLUDED = {"external_source"}
+# DALI's Python-side operators that take a callable: what unknown_message explains
+PYTHON_CALLBACKS = {"external_source", "python_function", "torch_python_function", "dl_tensor_python_function",
+                    "experimental.inputs.video", "plugin.pytorch.fn.torch_python_function"}
 # Accepted by every operator although no schema lists them.
 COMMON_ARGS = ("device", "name")
 
@@ -51,19 +58,28 @@ class OpInfo:
         return "cpu" in self.backends
 
 
-def _schema_op(schema_name: str, fn_module: Any) -> OpInfo | None:
-    from nvidia.dali import backend
-
-    s = backend.GetSchema(schema_name)
-    if s.IsInternal() or s.IsDocHidden() or s.IsDeprecated() or schema_name.startswith("_"):
-        return None
-    snake = fn_module._to_snake_case(s.OperatorName())
-    name = ".".join([*s.ModulePath(), snake])
+def _fn_name(s: Any, fn_module: Any) -> str | None:
+    """A schema's `fn` name ("decoders.image_random_crop"), if `nvidia.dali.fn` really exposes it."""
+    name = ".".join([*s.ModulePath(), fn_module._to_snake_case(s.OperatorName())])
     target = fn_module
-    for part in name.split("."):  # keep only what `nvidia.dali.fn` really exposes
+    for part in name.split("."):
         target = getattr(target, part, None)
         if target is None:
             return None
+    return name
+
+
+def _schema_op(schema_name: str, fn_module: Any, deprecated: bool = False) -> OpInfo | None:
+    from nvidia.dali import backend
+
+    s = backend.GetSchema(schema_name)
+    if s.IsInternal() or schema_name.startswith("_") or s.IsDeprecated() != deprecated:
+        return None
+    if s.IsDocHidden() and not deprecated:  # DALI hides most deprecated names from its docs
+        return None
+    name = _fn_name(s, fn_module)
+    if name is None:
+        return None
     args = {}
     for a in s.GetArgumentNames():
         has_default = s.HasArgumentDefaultValue(a)
@@ -75,7 +91,11 @@ def _schema_op(schema_name: str, fn_module: Any) -> OpInfo | None:
     backends = tuple(b for b in ("cpu", "gpu", "mixed") if b in s.GetSupportedBackends())
     return OpInfo(name=name, schema=schema_name, backends=backends, min_inputs=s.MinNumInput(),
                   max_inputs=s.MaxNumInput(), args=args, doc=_safe(s.Dox),
-                  is_reader=name.startswith("readers.") or "readers." in name)
+                  is_reader=name.startswith("readers.") or "readers." in name or name.endswith("_reader"))
+
+
+# the step `x = y.gpu()`: DataNode.gpu(), not an operator of the registry
+GPU_COPY_OP = OpInfo(name=".gpu", schema="DataNode.gpu", backends=("cpu", "gpu"), min_inputs=1, max_inputs=1)
 
 
 def _safe(fn: Callable, *args) -> str:
@@ -114,14 +134,23 @@ def _annotation(p: inspect.Parameter) -> str:
 class Catalog:
     """Name -> OpInfo for every operator the DSL accepts."""
 
-    def __init__(self, ops: dict[str, OpInfo]):
+    def __init__(self, ops: dict[str, OpInfo], deprecated: dict[str, OpInfo] | None = None,
+                 aliases: dict[str, str] | None = None):
         self.ops = ops
+        self.deprecated = deprecated or {}  # DALI's deprecated fn name -> the operator it stands for
+        self.aliases = aliases or {}        # other spellings DALI's docs use -> fn name
 
     def names(self) -> list[str]:
         return sorted(self.ops)
 
     def get(self, name: str) -> OpInfo | None:
-        return self.ops.get(name)
+        """The operator `name` stands for: its own, the replacement of a deprecated name, or an alias's."""
+        name = self.aliases.get(name, name)
+        return self.ops.get(name) or self.deprecated.get(name)
+
+    def replacement(self, name: str) -> OpInfo | None:
+        """For a name DALI has deprecated, what it stands for now (possibly itself, when DALI names none)."""
+        return self.deprecated.get(name)
 
     def suggest(self, name: str) -> str | None:
         """The operator a misspelt or unqualified name most likely meant."""
@@ -136,6 +165,9 @@ class Catalog:
         return next((n for n in self.names() if n.split(".")[-1] == leaf_guess), None)
 
     def unknown_message(self, name: str) -> str:
+        if name in PYTHON_CALLBACKS:
+            return (f"{name} calls back into Python code, and a pipeline step cannot name code; read the data "
+                    "with a reader (readers.file, readers.numpy, ...) and transform it with DALI operators.")
         guess = self.suggest(name)
         hint = f" Did you mean '{guess}'?" if guess else ""
         return (f"unknown operator '{name}'.{hint} Operators are DALI's fn names, such as "
@@ -172,12 +204,40 @@ def load_catalog() -> Catalog:
         if op is not None and op.name not in EXCLUDED:
             ops[op.name] = op
     ops.update(_auto_aug_ops())
-    return Catalog(ops)
+    return Catalog(ops, _deprecated_ops(names, fn, ops), AUTO_AUG_ALIASES)
+
+
+def _deprecated_ops(names: set[str], fn_module: Any, ops: dict[str, OpInfo]) -> dict[str, OpInfo]:
+    """DALI's deprecated fn names -> the current operator (DeprecatedInFavorOf) when its schema takes every
+    argument and input the old one took, else the old operator itself (it still runs)."""
+    from nvidia.dali import backend
+
+    out = {}
+    for schema_name in sorted(names):
+        s = backend.GetSchema(schema_name)
+        if not s.IsDeprecated() or s.IsInternal() or schema_name.startswith("_"):
+            continue
+        old = _schema_op(schema_name, fn_module, deprecated=True)
+        if old is None or old.name in ops or old.name in EXCLUDED:
+            continue
+        new_schema = s.DeprecatedInFavorOf()
+        new = next((op for op in ops.values() if op.schema == new_schema), None) if new_schema else None
+        fits = new is not None and set(old.args) <= set(new.args) and set(old.backends) <= set(new.backends) \
+            and new.min_inputs <= old.min_inputs and old.max_inputs <= new.max_inputs
+        out[old.name] = new if fits else old
+    return out
+
+
+# `from nvidia.dali.auto_aug import auto_augment` and friends: DALI's docs call the policies through their modules
+AUTO_AUG_ALIASES = {"auto_augment.auto_augment_image_net": "auto_aug.auto_augment_image_net",
+                    "auto_augment.auto_augment": "auto_aug.auto_augment",
+                    "rand_augment.rand_augment": "auto_aug.rand_augment",
+                    "trivial_augment.trivial_augment_wide": "auto_aug.trivial_augment_wide"}
 
 
 def describe_arg_names(op: OpInfo) -> str:
     return list_names([a for a in op.args if not op.args[a].deprecated] + ["device", "name"], limit=30)
 
 
-__all__ = ["ArgInfo", "Catalog", "OpInfo", "load_catalog", "RUNNER_OWNED", "COMMON_ARGS",
+__all__ = ["ArgInfo", "Catalog", "OpInfo", "GPU_COPY_OP", "load_catalog", "RUNNER_OWNED", "COMMON_ARGS",
            "describe_arg_names", "did_you_mean"]

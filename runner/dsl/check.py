@@ -8,9 +8,9 @@ import operator
 from typing import Any
 
 from runner.dsl import argtypes
-from runner.dsl.catalog import RUNNER_OWNED, Catalog, OpInfo, describe_arg_names, load_catalog
+from runner.dsl.catalog import GPU_COPY_OP, RUNNER_OWNED, Catalog, OpInfo, describe_arg_names, load_catalog
 from runner.dsl.checked import Arg, CheckedGraph, CheckedStep, Enum, Lit, OpNode, Stream
-from runner.dsl.graph import Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
+from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
 from runner.errors import ConfigError, did_you_mean, list_names
 
 DEVICES = ("cpu", "gpu", "mixed")
@@ -28,6 +28,7 @@ class _Checker:
         self.defs: list[tuple[str, int]] = []
         self.moved: list[int] = []
         self.readers: list[str] = []
+        self.renamed: list[tuple[str, str]] = []  # DALI's deprecated names written, and what they stand for
         self.conditionals = False
         self.step: Step | None = None
 
@@ -59,7 +60,7 @@ class _Checker:
         return CheckedGraph(graph=self.g, steps=tuple(checked), outputs=outputs, target=self.target,
                             conditionals=self.conditionals,
                             reader_name=self.readers[0] if self.readers else None,
-                            moved_to_cpu=tuple(self.moved),
+                            moved_to_cpu=tuple(self.moved), renamed=tuple(dict.fromkeys(self.renamed)),
                             symbols={"shard_id": self.rank, "num_shards": self.world})
 
     def _distinct_targets(self, step: Step) -> None:
@@ -103,9 +104,13 @@ class _Checker:
 
     # -- operators ----------------------------------------------------------------------------
     def op_call(self, call: Call) -> OpNode:
+        if call.op == GPU_COPY:
+            return self._gpu_copy(call)
         op = self.cat.get(call.op)
         if op is None:
             raise self.fail(self.cat.unknown_message(call.op))
+        if self.cat.replacement(call.op) is not None:
+            self.renamed.append((call.op, op.name))
         inputs = tuple(self._input(v, op) for v in call.inputs)
         if not op.min_inputs <= len(inputs) <= op.max_inputs:
             want = (f"{op.min_inputs}" if op.min_inputs == op.max_inputs
@@ -116,6 +121,14 @@ class _Checker:
         if op.python:
             self.conditionals = True
         return OpNode(op=op, device=device, inputs=inputs, kwargs=kwargs, injected=injected)
+
+    def _gpu_copy(self, call: Call) -> OpNode:
+        """`labels = labels.gpu()`; without a GPU the copy is dropped, as `.gpu()` is everywhere else."""
+        source = self._stream(call.inputs[0])
+        device = "gpu" if self.target == "gpu" else "cpu"
+        if device == "cpu":
+            self.moved.append(self.step.index)
+        return OpNode(op=GPU_COPY_OP, device=device, inputs=(source,), kwargs=())
 
     def _device(self, call: Call, op: OpInfo, inputs: tuple[Arg, ...]) -> str:
         written = call.kwarg("device")
@@ -243,6 +256,9 @@ class _Checker:
         if kind:
             if isinstance(value, Param) and isinstance(lit, str) and lit in argtypes.enum_members()[kind]:
                 return Enum(kind, lit)  # a parameter holding an enum name, e.g. params: {dtype: FLOAT}
+            by_number = argtypes.enum_of_number(kind, lit)
+            if by_number:  # interp_type=1: DALI takes an enum's number too
+                return Enum(kind, by_number)
             if not isinstance(lit, Enum) and not (isinstance(lit, list) and all(isinstance(x, Enum) for x in lit)):
                 raise self.fail(f"argument '{info.name}' of {op.name} takes {argtypes.describe_type(info.type)}, "
                                 f"written without quotes; got {lit!r}.")
@@ -291,6 +307,8 @@ class _Checker:
             kind = argtypes.enum_kind_of(value.id)
             if kind:
                 return Enum(kind, value.id)
+            if value.id in argtypes.layout_constants():  # types.NCHW is the string "CHW"
+                return argtypes.layout_constants()[value.id]
             raise self._undefined(value.id)
         raise self.fail("expected a constant here, not a stream or an operator call.")
 

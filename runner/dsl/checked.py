@@ -58,3 +58,4 @@ class CheckedGraph:
     reader_name: str | None                  # the reader that defines an epoch
     moved_to_cpu: tuple[int, ...] = ()       # steps whose device the CPU target changed
     symbols: dict[str, Any] = field(default_factory=dict)  # emitted function parameters -> values
+    renamed: tuple[tuple[str, str], ...] = ()  # (deprecated name as written, the operator it compiles to)

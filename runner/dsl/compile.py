@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.dsl import argtypes
-from runner.dsl.catalog import load_catalog
+from runner.dsl.catalog import GPU_COPY_OP, load_catalog
 from runner.dsl.checked import Arg, CheckedGraph, Enum, Lit, OpNode, Stream
 from runner.errors import ConfigError
 
@@ -61,6 +61,9 @@ class _Builder:
         return self.call(arg)
 
     def call(self, node: OpNode) -> Any:
+        if node.op is GPU_COPY_OP:
+            source = self.value(node.inputs[0])
+            return source.gpu() if node.device == "gpu" else source
         func = self.catalog.fn(node.op)
         kwargs = {k: self.value(v) for k, v in node.kwargs}
         if not node.op.python:  # auto_aug policies follow their input's device

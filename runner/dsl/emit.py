@@ -9,6 +9,7 @@ import json
 import keyword
 from typing import Any
 
+from runner.dsl.catalog import GPU_COPY_OP
 from runner.dsl.checked import Arg, CheckedGraph, Enum, Lit, OpNode, Stream
 from runner.dsl.compile import PipelineArgs
 from runner.dsl.graph import Arith, Call, Const, Gpu, Name, Param, Seq, Value
@@ -73,6 +74,9 @@ class _Emitter:
         return self.call(arg)
 
     def call(self, node: OpNode, written_device: bool = False, indent: int = 4) -> str:
+        if node.op is GPU_COPY_OP:
+            source = self.arg(node.inputs[0])
+            return f"{source}.gpu()" if node.device == "gpu" else source
         if node.op.python:
             func = f"{_AUTO_AUG_MODULE[node.op.name]}.{node.op.schema.rsplit('.', 1)[1]}"
         else:

@@ -62,6 +62,9 @@ class Call:
 
 Value = Union[Name, Gpu, Param, Const, Seq, Arith, Call]
 
+# `labels = labels.gpu()`: a step that only copies a stream to the GPU (no DSL name can start with a dot)
+GPU_COPY = ".gpu"
+
 
 @dataclass(frozen=True)
 class Step:

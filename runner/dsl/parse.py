@@ -13,7 +13,7 @@ import ast
 import re
 
 from runner.config.load import PipelineSource
-from runner.dsl.graph import Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
+from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
 from runner.errors import ConfigError
 
 _PARAM_PREFIX = "__param__"
@@ -124,6 +124,10 @@ def parse_step(text: str, index: int = 1, line: int | None = None) -> Step:
         tree = ast.parse(_replace_params(text.strip()), mode="exec")
     except SyntaxError as e:
         raise _StepError(f"syntax error: {e.msg}; {SHAPE}") from None
+    if any(isinstance(n, (ast.If, ast.IfExp, ast.While, ast.For)) for n in ast.walk(tree)):
+        raise _StepError("Python control flow (if, for, while, or DALI's conditionals with enable_conditionals) "
+                         "cannot be a step, since each step is one operator call; choose per sample with an "
+                         "argument input such as mirror=random.coin_flip(probability=0.5), or an auto_aug policy")
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign) or len(tree.body[0].targets) != 1:
         raise _StepError(SHAPE)
     assign = tree.body[0]
@@ -137,8 +141,8 @@ def parse_step(text: str, index: int = 1, line: int | None = None) -> Step:
     if not isinstance(assign.value, ast.Call):
         raise _StepError(f"the right-hand side must be an operator call; {SHAPE}")
     call = _call(assign.value)
-    if isinstance(call, Gpu):
-        raise _StepError(".gpu() is written where a stream is used, e.g. `resize(images.gpu(), ...)`")
+    if isinstance(call, Gpu):  # `labels = labels.gpu()`, as NVIDIA's examples write it
+        call = Call(GPU_COPY, (call.stream,), ())
     return Step(index=index, text=text.strip(), line=line, targets=names, call=call)
 
 
