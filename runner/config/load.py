@@ -67,6 +67,7 @@ class LoadedExperiment:
     overrides: tuple[str, ...] = ()
     pipelines: dict[str, PipelineSource] = field(default_factory=dict)
     locate: Callable[[str], tuple[Any, int | None]] = lambda key: (None, None)
+    files: tuple[Path, ...] = ()       # the files merged, lowest precedence first: includes, then `path`
 
     def where(self, key: str) -> dict[str, Any]:
         """file/line/where keyword arguments for an error about `key`."""
@@ -164,7 +165,8 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
                  for role in PIPELINE_ROLES
                  if getattr(config.pipelines, role) is not None and config.data.loader == "dali"}
     return LoadedExperiment(config=config, path=path, resolved=resolved,
-                            overrides=tuple(overrides), pipelines=pipelines, locate=locate)
+                            overrides=tuple(overrides), pipelines=pipelines, locate=locate,
+                            files=tuple(f.path for f in files))
 
 
 def _apply_override(merged: Any, key: str, value: Any, text: str) -> None:
