@@ -188,6 +188,14 @@ def test_tune_writes_an_experiment_that_runs_the_tuned_setting(tiny, project, ca
     assert mine.read_text() == "seed: 1\n"
     code, out, err = run_cli(["tune", tiny, *args, "-o", tiny], capsys)
     assert code == 2 and "experiments/tiny.yaml is the experiment; the tuned file includes the experiment" in err
+    # an experiment that includes a tuned file (as files tune wrote were once used) would include itself
+    old_style = project / "experiments" / "old.yaml"
+    old_style.write_text(tiny.read_text() + "include: [old.tuned.yaml]\n")
+    (project / "experiments" / "old.tuned.yaml").write_text("# runner tune experiments/old.yaml\ndata: {prefetch: 2}\n")
+    code, out, err = run_cli(["tune", old_style, *args], capsys)
+    assert code == 2 and err == ("error: command line: --output: experiments/old.tuned.yaml is included by the "
+                                 "experiment; the tuned file includes the experiment, so it must be another file: "
+                                 "name one with -o/--output (or remove that include).\n")
 
 
 def test_tune_output_elsewhere_includes_the_experiment_by_a_relative_path(tiny, project, capsys):
