@@ -232,8 +232,9 @@ def merge_order(main: YamlFile) -> list[YamlFile]:
         seen.add(file.path.resolve())
         for key, name in _include_names(file):
             target = file.path.parent / name
-            if any(target.resolve() == f.path.resolve() for f in chain):
-                loop = [f.path for f in chain[[f.path.resolve() for f in chain].index(target.resolve()):]]
+            chain_files = [f.path.resolve() for f in chain]
+            if target.resolve() in chain_files:
+                loop = [f.path for f in chain[chain_files.index(target.resolve()):]]
                 raise ConfigError(f"includes {name}, which leads back to this file: "
                                   f"{' -> '.join(display_path(p) for p in [*loop, target])}. A file cannot include "
                                   "itself, directly or through the files it includes; remove one of these includes.",
