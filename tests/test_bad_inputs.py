@@ -264,7 +264,8 @@ CASES = [
     Case("experiment file is a folder", args=["validate", "experiments"],
          expected="experiments: is a folder, not an experiment file; name a YAML file. YAML files in it: exp.yaml."),
     Case("include that does not exist", exp="include: [tuned.yaml]\n" + EXP,
-         expected="experiments/tuned.yaml: included file (from exp.yaml) not found."),
+         expected="experiments/exp.yaml:1: include[0]: included file experiments/tuned.yaml not found (an "
+                  "include path is relative to the file that names it)."),
     Case("override without '='", args=[*LAUNCH, "optimizer.lr"],
          expected="command line: 'optimizer.lr' is not an override; write key.path=value, for example "
                   "optimizer.lr=0.05 (one experiment file comes first)."),

@@ -9,6 +9,7 @@ import yaml
 from mlflow import MlflowClient
 
 from runner.bench.tune import Knob, Trial, search, tuned_yaml
+from runner.config import load_experiment
 from tests.conftest import run_cli
 from tests.test_launch import TINY
 
@@ -136,8 +137,8 @@ def test_search_keeps_only_clear_gains():
                                                    {"x": "a", "y": 2}, {"x": "a", "y": 1}]
     assert [t.repeat for t in result.trials] == [False, False, False, True, True]
     assert result.gain == pytest.approx(0.2)
-    text = tuned_yaml(result, "header line")
-    assert text.startswith("# header line\n") and yaml.safe_load(text) == {"x": "a", "y": 2}
+    text = tuned_yaml(result, "header line", "exp.yaml")
+    assert text.startswith("# header line\n") and yaml.safe_load(text) == {"include": ["exp.yaml"], "x": "a", "y": 2}
 
 
 def test_a_win_that_does_not_repeat_is_not_kept():
@@ -151,17 +152,59 @@ def test_a_win_that_does_not_repeat_is_not_kept():
     assert [t.images_per_s for t in result.trials[:2]] == [100, 101]  # means over both runs
 
 
-def test_tune_writes_an_includable_overrides_file(tiny, project, capsys):
-    code, out, err = run_cli(["tune", tiny, "--max-trials", "2", "--warmup", "2", "--steps", "2", "--window", "2"],
-                             capsys)
+def test_tune_writes_an_experiment_that_runs_the_tuned_setting(tiny, project, capsys):
+    args = ["--max-trials", "2", "--warmup", "2", "--steps", "2", "--window", "2"]
+    code, out, err = run_cli(["tune", tiny, *args, "data.prefetch=3", "trainer.max_steps=9"], capsys)
     assert code == 0, err + out
     tuned = project / "experiments" / "tiny.tuned.yaml"
-    settings = yaml.safe_load(tuned.read_text())
-    assert set(settings["data"]) <= {"num_threads", "prefetch"}
-    assert "runner tune" in tuned.read_text().splitlines()[0]
-    (project / "experiments" / "with_tuned.yaml").write_text(tiny.read_text() + "include: [tiny.tuned.yaml]\n")
-    code, _, err = run_cli(["validate", project / "experiments" / "with_tuned.yaml"], capsys)
+    written = yaml.safe_load(tuned.read_text())
+    assert written["include"] == ["tiny.yaml"] and set(written) == {"include", "pipelines", "data"}
+    assert set(written["data"]) == {"num_threads", "prefetch"}
+    header = tuned.read_text().splitlines()
+    assert header[0] == "# runner tune experiments/tiny.yaml data.prefetch=3 trainer.max_steps=9"
+    # data.prefetch is a tuned key (it replaces the tune's own override); trainer.max_steps is not
+    command = "runner launch experiments/tiny.tuned.yaml trainer.max_steps=9"
+    assert f"# Run it: {command}" in header and f"run the tuned setting: {command}" in out
+    # the tuned keys resolve to the tuned values, the experiment's own keys are kept
+    original = load_experiment(tiny)
+    loaded = load_experiment(tuned)
+    assert loaded.config.data.num_threads == written["data"]["num_threads"]
+    assert loaded.config.data.prefetch == written["data"]["prefetch"]
+    assert loaded.pipelines["train"].name == written["pipelines"]["train"]["use"]
+    assert (loaded.config.name, loaded.config.data.batch_size, loaded.config.data.root, loaded.config.model) == \
+        (original.config.name, original.config.data.batch_size, original.config.data.root, original.config.model)
+    code, _, err = run_cli(["validate", tuned], capsys)
     assert code == 0, err
+
+    # a second run replaces its own file and says so; a file someone else wrote is never replaced
+    code, out, err = run_cli(["tune", tiny, *args], capsys)
+    assert code == 0 and "(replacing the one an earlier runner tune wrote)" in out, err + out
+    mine = project / "experiments" / "mine.yaml"
+    mine.write_text("seed: 1\n")
+    code, out, err = run_cli(["tune", tiny, *args, "-o", mine], capsys)
+    assert code == 2 and err == ("error: command line: --output: experiments/mine.yaml exists and was not written by "
+                                 "runner tune, so it is not replaced; name another file with -o/--output, or move "
+                                 "that one away.\n")
+    assert mine.read_text() == "seed: 1\n"
+    code, out, err = run_cli(["tune", tiny, *args, "-o", tiny], capsys)
+    assert code == 2 and "experiments/tiny.yaml is the experiment; the tuned file includes the experiment" in err
+    # an experiment that includes a tuned file (as files tune wrote were once used) would include itself
+    old_style = project / "experiments" / "old.yaml"
+    old_style.write_text(tiny.read_text() + "include: [old.tuned.yaml]\n")
+    (project / "experiments" / "old.tuned.yaml").write_text("# runner tune experiments/old.yaml\ndata: {prefetch: 2}\n")
+    code, out, err = run_cli(["tune", old_style, *args], capsys)
+    assert code == 2 and err == ("error: command line: --output: experiments/old.tuned.yaml is included by the "
+                                 "experiment; the tuned file includes the experiment, so it must be another file: "
+                                 "name one with -o/--output (or remove that include).\n")
+
+
+def test_tune_output_elsewhere_includes_the_experiment_by_a_relative_path(tiny, project, capsys):
+    (project / "out").mkdir()
+    code, out, err = run_cli(["tune", tiny, "--max-trials", "1", "--warmup", "2", "--steps", "2", "--window", "2",
+                              "-o", project / "out" / "t.yaml"], capsys)
+    assert code == 0, err + out
+    assert yaml.safe_load((project / "out" / "t.yaml").read_text())["include"] == ["../experiments/tiny.yaml"]
+    assert load_experiment(project / "out" / "t.yaml").config.data.batch_size == load_experiment(tiny).config.data.batch_size
 
 
 def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
@@ -181,7 +224,8 @@ def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
         assert overrides <= set(as_overrides({**start, CPU_SHARE: share}))
     hybrid = validate(tiny, as_overrides({**start, CPU_SHARE: 0.7}), accelerator="gpu").loaded.pipelines["train"].hybrid
     assert (hybrid.share, hybrid.params, hybrid.deal) == (0.7, {"decode_device": "cpu"}, "smallest")
-    written = yaml.safe_load(tuned_yaml(TuneResult(baseline=Trial(start), best=Trial({**start, CPU_SHARE: 0.7})), "h"))
+    written = yaml.safe_load(tuned_yaml(TuneResult(baseline=Trial(start), best=Trial({**start, CPU_SHARE: 0.7})), "h",
+                                        "tiny.yaml"))
     assert written["pipelines"]["train"]["hybrid"] == {"share": 0.7, "params": {"decode_device": "cpu"},
                                                        "deal": "smallest"}
     # the experiment as written, when it already splits the batch

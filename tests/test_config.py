@@ -107,21 +107,142 @@ def test_missing_experiment_file(project):
     assert error_of(project / "experiments" / "nope.yaml") == "experiments/nope.yaml: experiment file not found."
 
 
-def test_includes_are_overrides(project):
-    write(project, "data: {num_threads: 3}\npipelines: {train: {params: {hw_decoder_load: 0.99}}}\n", "tuned.yaml")
+def test_precedence_defaults_includes_file_command_line(project):
+    # lowest first: schema defaults < include A < include B < the experiment file < the command line,
+    # for scalars, nested mappings and lists
+    write(project, """\
+        seed: 1
+        data: {num_threads: 1, prefetch: 5, synth: {classes: 11, per_class: 12}}
+        optimizer: {betas: [0.1, 0.2], weight_decay: 0.5}
+        trainer: {epochs: 1, max_steps: 4}
+        tracking: {tags: {a: from_a, shared: from_a}}
+        """, "a.yaml")
+    write(project, """\
+        seed: 2
+        data: {num_threads: 2, synth: {classes: 21}}
+        optimizer: {betas: [0.3, 0.4]}
+        trainer: {epochs: 2}
+        tracking: {tags: {b: from_b, shared: from_b}}
+        """, "b.yaml")
     path = write(project, """\
-        include: [tuned.yaml]
-        data: {num_threads: 8, batch_size: 32}
-        pipelines: {train: {use: imagenet_train_fused}}
+        include: [a.yaml, b.yaml]
+        seed: 3
+        data: {num_threads: 3}
+        optimizer: {betas: [0.5, 0.6]}
+        tracking: {tags: {shared: from_file}}
+        pipelines: {train: {use: imagenet_train}}
         """)
+    loaded = load_experiment(path, ["data.prefetch=7", "optimizer.betas=[0.7,0.8]"])
+    cfg = loaded.config
+    assert (cfg.seed, cfg.data.num_threads, cfg.data.prefetch) == (3, 3, 7)
+    assert (cfg.trainer.epochs, cfg.trainer.max_steps) == (2, 4)       # B over A; A where only A sets it
+    assert cfg.optimizer.weight_decay == 0.5 and cfg.optimizer.eps == 1e-8  # A; the schema default
+    assert (cfg.data.synth.classes, cfg.data.synth.per_class) == (21, 12)  # nested mappings merge key by key
+    assert cfg.tracking.tags == {"a": "from_a", "b": "from_b", "shared": "from_file"}
+    assert cfg.optimizer.betas == (0.7, 0.8)
+    assert load_experiment(path).config.optimizer.betas == (0.5, 0.6)
+    assert "include" not in loaded.resolved and loaded.resolved["data"]["synth"]["per_class"] == 12
+    # an error names the file whose value won
+    assert error_of(path, ["trainer.max_steps=-1"]).startswith("command line 'trainer.max_steps=-1': ")
+    (project / "experiments" / "a.yaml").write_text("trainer: {max_steps: -1}\n")
+    assert error_of(path).startswith("experiments/a.yaml:1: trainer.max_steps: -1 is out of range")
+
+
+def test_a_list_replaces_the_included_list(project):
+    write(project, "trainer: {devices: 1}\npipelines: {train: {steps: ['a = fn.readers.file()', 'b = a'], "
+                   "outputs: [a, b, c]}}\n", "base.yaml")
+    path = write(project, "include: base.yaml\npipelines: {train: {outputs: [images, labels]}}\n")
     loaded = load_experiment(path)
-    assert loaded.config.data.num_threads == 3 and loaded.config.data.batch_size == 32
-    assert loaded.pipelines["train"].params["hw_decoder_load"] == 0.99
+    assert loaded.config.pipelines.train.outputs == ["images", "labels"]  # not merged item by item
+    assert loaded.config.pipelines.train.steps == ["a = fn.readers.file()", "b = a"]
+    assert loaded.locate("pipelines.train.outputs") == (project / "experiments" / "exp.yaml", 2)
+    assert loaded.locate("pipelines.train.steps[1]") == (project / "experiments" / "base.yaml", 2)
+
+
+def test_nested_includes_three_levels_relative_to_the_file_that_names_them(project):
+    (project / "experiments" / "base").mkdir()
+    (project / "shared").mkdir()
+    (project / "shared" / "root.yaml").write_text("seed: 1\ntrainer: {epochs: 1, max_steps: 1}\n"
+                                                  "data: {num_threads: 1, prefetch: 1}\n")
+    write(project, "include: ../../shared/root.yaml\ntrainer: {epochs: 2, max_steps: 2}\ndata: {num_threads: 2}\n",
+          "base/mid.yaml")
+    write(project, "include: [base/mid.yaml]\ntrainer: {epochs: 3}\n", "top.yaml")
+    path = write(project, "include: [top.yaml]\nseed: 4\npipelines: {train: {use: imagenet_train}}\n")
+    loaded = load_experiment(path)
+    cfg = loaded.config
+    assert (cfg.seed, cfg.trainer.epochs, cfg.trainer.max_steps, cfg.data.num_threads, cfg.data.prefetch) == \
+        (4, 3, 2, 2, 1)
+    file, line = loaded.locate("data.prefetch")
+    assert (file.resolve(), line) == (project / "shared" / "root.yaml", 3)
+    assert loaded.locate("trainer.epochs") == (project / "experiments" / "top.yaml", 2)
+
+
+def test_a_file_included_twice_is_merged_once_at_its_first_position(project):
+    # exp includes left and right, both include base: base, left, right, exp. Merging base again before
+    # right would undo left's change to it.
+    write(project, "data: {num_threads: 1, prefetch: 1}\ntrainer: {epochs: 1}\n", "base.yaml")
+    write(project, "include: base.yaml\ndata: {num_threads: 2}\n", "left.yaml")
+    write(project, "include: base.yaml\ntrainer: {epochs: 3}\n", "right.yaml")
+    path = write(project, "include: [left.yaml, right.yaml]\npipelines: {train: {use: imagenet_train}}\n")
+    cfg = load_experiment(path).config
+    assert (cfg.data.num_threads, cfg.data.prefetch, cfg.trainer.epochs) == (2, 1, 3)
+
+
+def test_an_include_cycle_names_the_chain(project, capsys):
+    write(project, "include: [b.yaml]\n", "a.yaml")
+    write(project, "seed: 1\ninclude: [c.yaml]\n", "b.yaml")
+    write(project, "include: [../experiments/a.yaml]\n", "c.yaml")
+    path = write(project, "include: [a.yaml]\n")
+    message = ("experiments/c.yaml:1: include[0]: includes ../experiments/a.yaml, which leads back to this file: "
+               "experiments/a.yaml -> experiments/b.yaml -> experiments/c.yaml -> experiments/a.yaml. A file cannot "
+               "include itself, directly or through the files it includes; remove one of these includes.")
+    assert error_of(path) == message
+    code, _, err = run_cli(["validate", path], capsys)
+    assert code == 2 and err.strip() == "error: " + message
+    assert error_of(write(project, "include: exp.yaml\n")).startswith(
+        "experiments/exp.yaml:1: include: includes exp.yaml, which leads back to this file: experiments/exp.yaml -> "
+        "experiments/exp.yaml.")
 
 
 def test_missing_include(project):
-    path = write(project, "include: [nope.yaml]\n")
-    assert error_of(path) == "experiments/nope.yaml: included file (from exp.yaml) not found."
+    path = write(project, "seed: 1\ninclude:\n  - base.yaml\n  - nope.yaml\n")
+    write(project, "seed: 2\n", "base.yaml")
+    assert error_of(path) == ("experiments/exp.yaml:4: include[1]: included file experiments/nope.yaml not found "
+                              "(an include path is relative to the file that names it).")
+    write(project, "include: sub/deeper.yaml\n", "base.yaml")
+    assert error_of(path) == ("experiments/base.yaml:1: include: included file experiments/sub/deeper.yaml not found "
+                              "(an include path is relative to the file that names it).")
+
+
+@pytest.mark.parametrize("value", ["3", "{a: b.yaml}", "[a.yaml, 2]", "[[a.yaml]]"])
+def test_include_must_name_files(project, value):
+    write(project, "seed: 1\n", "a.yaml")
+    assert error_of(write(project, f"seed: 1\ninclude: {value}\n")) == (
+        "experiments/exp.yaml:2: include: include must be a file path or a list of file paths.")
+
+
+def test_use_is_found_from_the_file_that_names_it(project):
+    # an included file elsewhere names a pipeline beside it: found there, not beside the experiment
+    (project / "lib" / "graphs").mkdir(parents=True)
+    (project / "lib" / "graphs" / "mine.yaml").write_text(
+        (project / "pipelines" / "imagenet_train.yaml").read_text())
+    (project / "lib" / "base.yaml").write_text("pipelines: {train: {use: graphs/mine.yaml}}\n")
+    loaded = load_experiment(write(project, "include: ../lib/base.yaml\n"))
+    assert loaded.pipelines["train"].file.resolve() == project / "lib" / "graphs" / "mine.yaml"
+
+
+def test_resolved_experiment_stands_alone(project):
+    # what runs log and `runner export` writes: merged values, no include left
+    from runner.repro.snapshot import _dump, inline_pipelines
+
+    write(project, "data: {num_threads: 2, prefetch: 4}\npipelines: {train: {use: imagenet_train}}\n", "base.yaml")
+    path = write(project, "include: base.yaml\ndata: {num_threads: 3}\n")
+    loaded = load_experiment(path)
+    exported = write(project, _dump(inline_pipelines(loaded)), "exported.yaml")
+    assert "include" not in exported.read_text()
+    again = load_experiment(exported)
+    assert (again.config.data.num_threads, again.config.data.prefetch) == (3, 4)
+    assert again.pipelines["train"].steps == loaded.pipelines["train"].steps
 
 
 def test_unknown_pipeline_and_param(project):

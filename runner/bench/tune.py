@@ -157,8 +157,11 @@ def as_overrides(settings: dict[str, Any]) -> list[str]:
     return [f"{k}={'null' if v is None else v}" for k, v in expanded(settings).items()]
 
 
-def tuned_yaml(result: TuneResult, header: str) -> str:
-    """The best settings as a YAML file an experiment can `include:`."""
+def tuned_yaml(result: TuneResult, header: str, include: str) -> str:
+    """An experiment file that includes the tuned one (`include`, a path relative to it) and sets the best settings.
+
+    The including file wins over its includes, so `runner launch` on it runs the tuned setting.
+    """
     import yaml
 
     nested: dict[str, Any] = {}
@@ -169,8 +172,19 @@ def tuned_yaml(result: TuneResult, header: str) -> str:
             node = node.setdefault(p, {})
         node[leaf] = value
     lines = "".join(f"# {ln}\n" for ln in header.splitlines())
-    return lines + yaml.safe_dump(nested, sort_keys=False)
+    return lines + yaml.safe_dump({"include": [include], **nested}, sort_keys=False)
+
+
+TUNED_MARK = "# runner tune "  # the first line of every file tune writes
 
 
 def default_output(experiment: Path) -> Path:
     return experiment.with_name(f"{experiment.stem}.tuned.yaml")
+
+
+def written_by_tune(path: Path) -> bool:
+    try:
+        with path.open() as f:
+            return f.readline().startswith(TUNED_MARK)
+    except (OSError, UnicodeDecodeError):
+        return False

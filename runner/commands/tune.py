@@ -1,11 +1,14 @@
-"""`runner tune`: find this machine's fastest pipeline placement and write it as an include-able file."""
+"""`runner tune`: find this machine's fastest pipeline placement and write it as an experiment that runs it."""
 from __future__ import annotations
 
+import os
+import shlex
 import time
 from pathlib import Path
 
 from runner import console
 from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
+from runner.errors import display_path
 
 
 def register(sub) -> None:
@@ -18,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--window", type=int, default=25)
     p.add_argument("--min-gain", type=float, default=0.01, help="a change must beat the best by this share")
-    p.add_argument("-o", "--output", help="overrides file to write (default: EXPERIMENT.tuned.yaml beside it)")
+    p.add_argument("-o", "--output", help="experiment file to write: it includes the experiment and sets the tuned "
+                                          "keys (default: EXPERIMENT.tuned.yaml beside it)")
     p.set_defaults(handler=run)
 
 
@@ -26,17 +30,18 @@ def run(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from runner.bench.suite import measure
-    from runner.bench.tune import Trial, as_overrides, baseline_settings, default_output, knobs, search, tuned_yaml
+    from runner.bench.tune import Trial, as_overrides, baseline_settings, default_output, knobs, search
     from runner.errors import ConfigError, RunnerError
     from runner.launch import ensure_data
     from runner.telemetry import gpu_info
     from runner.validate import validate
 
-    from runner.files import check_writable, write_text_atomic
+    from runner.files import check_writable
 
     path, overrides = experiment_and_overrides(args)
     output = check_writable(args.output if args.output else default_output(Path(path)))  # before the trials
     v = validate(path, overrides)
+    replacing = _check_output(output, v.loaded)
     cpu_note(v.graphs)
     if v.config.data.loader != "dali" or "train" not in v.graphs:
         raise ConfigError("runner tune tunes the DALI train pipeline; this experiment's data.loader is "
@@ -89,10 +94,66 @@ def run(args) -> int:
             console.note(f"trial {t.settings} failed: {t.error}")
     machine = gpu_info().get("gpu.model") or "CPU"
     means = " (means of two runs each)" if result.best.repeats else ""
-    header = (f"runner tune {path} {' '.join(overrides)}".rstrip() + f"\n{machine}, {time.strftime('%Y-%m-%d')}: "
-              f"{result.best.images_per_s:,.0f} img/s training, {100 * result.gain:+.1f}% over the experiment as "
-              f"written ({result.baseline.images_per_s:,.0f}){means}.\nUse it: add `include: [THIS_FILE]` to the "
-              "experiment, or pass these keys as overrides.")
-    write_text_atomic(output, tuned_yaml(result, header.replace("THIS_FILE", output.name)))
-    console.out.print(f"wrote {output}: " + " ".join(as_overrides(result.best.settings)))
+    measured = (f"{machine}, {time.strftime('%Y-%m-%d')}: {result.best.images_per_s:,.0f} img/s training, "
+                f"{100 * result.gain:+.1f}% over the experiment as written ({result.baseline.images_per_s:,.0f}){means}.")
+    command = write_tuned(output, Path(path), overrides, result, measured)
+    tuned = " ".join(as_overrides(result.best.settings))
+    console.out.print(f"wrote {display_path(output)}{' (replacing the one an earlier runner tune wrote)' if replacing else ''}"
+                      f": {tuned}\nrun the tuned setting: {command}")
     return 0
+
+
+def _check_output(output: Path, loaded) -> bool:
+    """Refuse, before any trial, a file tune must not write; True when it replaces an earlier tune's file."""
+    from runner.bench.tune import written_by_tune
+    from runner.errors import RunnerError
+
+    merged = [f.resolve() for f in loaded.files]
+    if output.resolve() in merged:
+        how = "is the experiment" if output.resolve() == merged[-1] else "is included by the experiment"
+        raise RunnerError(f"{display_path(output)} {how}; the tuned file includes the experiment, so it must be "
+                          "another file: name one with -o/--output (or remove that include).",
+                          file="command line", where="--output")
+    if output.exists() and not written_by_tune(output):
+        raise RunnerError(f"{display_path(output)} exists and was not written by runner tune, so it is not replaced; "
+                          "name another file with -o/--output, or move that one away.",
+                          file="command line", where="--output")
+    return output.exists()
+
+
+def write_tuned(output: Path, experiment: Path, overrides: list[str], result, measured: str) -> str:
+    """Write the tuned experiment file; return the command that runs the tuned setting.
+
+    The command repeats the tune's own overrides, except those a tuned key replaces: in the trials the
+    tuned keys were applied after them.
+    """
+    from runner.bench.tune import as_overrides, expanded, tuned_yaml
+    from runner.config.load import load_experiment
+    from runner.errors import RunnerError
+    from runner.files import write_text_atomic
+
+    tuned_keys = list(expanded(result.best.settings))
+    kept = [o for o in overrides if not any(_overlaps(_override_key(o), k) for k in tuned_keys)]
+    command = shlex.join(["runner", "launch", display_path(output), *kept])
+    include = os.path.relpath(os.path.abspath(experiment), os.path.abspath(output.parent))
+    header = "\n".join([shlex.join(["runner", "tune", display_path(experiment), *overrides]), measured,
+                        f"Run it: {command}",
+                        f"It includes {include} and sets only the tuned keys, which win over that file's."])
+    write_text_atomic(output, tuned_yaml(result, header, include))
+    # the file must run what was measured: the experiment with the tune's overrides, then the tuned keys
+    written = load_experiment(output, kept).resolved
+    measured_config = load_experiment(experiment, [*overrides, *as_overrides(result.best.settings)]).resolved
+    if written != measured_config:
+        differ = sorted(k for k in {*written, *measured_config} if written.get(k) != measured_config.get(k))
+        raise RunnerError(f"the written file does not resolve to the measured setting (sections {', '.join(differ)} "
+                          f"differ); run the experiment with these overrides instead: "
+                          f"{shlex.join([*overrides, *as_overrides(result.best.settings)])}.", file=output)
+    return command
+
+
+def _override_key(text: str) -> str:
+    return text.lstrip("~").partition("=")[0].strip()
+
+
+def _overlaps(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")

@@ -1,8 +1,13 @@
 """Load an experiment: YAML + includes + `key.path=value` overrides -> typed `Experiment`.
 
-Precedence, lowest first: the schema's defaults, the experiment file, its `include:` files (in
-order; `runner tune` writes one), command-line overrides. `${...}` interpolation (and
-`${oc.env:VAR}`) is resolved after all of them are merged.
+Precedence, lowest first: the schema's defaults, the experiment's `include:` files in the order
+written, the experiment file itself, command-line overrides. So a file includes a base and then
+says what it changes (as Hydra's `_self_` last, or kustomize). An included file may include
+others: each file's own includes come before it, and every include path is relative to the file
+that names it. A file reached twice (two files include one base) is merged once, at its first
+position; a file that includes itself, directly or through others, is an error. Mappings merge
+key by key; a list replaces the list below it whole (OmegaConf's merge). `${...}` interpolation
+(and `${oc.env:VAR}`) is resolved after all of them are merged.
 """
 from __future__ import annotations
 
@@ -12,12 +17,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.sections import Experiment, PipelineConfig
 from runner.config.yamlfile import YamlFile
-from runner.errors import ConfigError, did_you_mean, list_names
+from runner.errors import ConfigError, did_you_mean, display_path, list_names
 from runner.typed import build
 
 PIPELINE_ROLES = ("train", "eval")
@@ -62,6 +67,7 @@ class LoadedExperiment:
     overrides: tuple[str, ...] = ()
     pipelines: dict[str, PipelineSource] = field(default_factory=dict)
     locate: Callable[[str], tuple[Any, int | None]] = lambda key: (None, None)
+    files: tuple[Path, ...] = ()       # the files merged, lowest precedence first: includes, then `path`
 
     def where(self, key: str) -> dict[str, Any]:
         """file/line/where keyword arguments for an error about `key`."""
@@ -78,7 +84,10 @@ class _PipelineFile:
 
 
 class _Sources:
-    """Which file (or override) set each key, for error messages."""
+    """Which file (or override) set each key, for error messages: the one whose value won.
+
+    `files` are in merge order, lowest first; the experiment file is the last.
+    """
 
     def __init__(self, files: list[YamlFile], overrides: list[tuple[str, str]]):
         self.files, self.overrides = files, overrides
@@ -94,7 +103,12 @@ class _Sources:
         for ov_key, text in reversed(self.overrides):  # `foo.bar=1` created the unknown key `foo`
             if ov_key.startswith(key + ".") or ov_key.startswith(key + "["):
                 return f"command line '{text}'", None
-        return self.files[0].path, self.files[0].line(key)
+        # not written anywhere (a default): the file that wrote most of its path, the experiment on a tie
+        best, depth = self.files[-1], 0
+        for f in reversed(self.files):
+            if f.depth(key) > depth:
+                best, depth = f, f.depth(key)
+        return best.path, best.line(key)
 
 
 DELETE = object()  # `~key.path`: remove the key (Hydra's syntax), e.g. params a swapped-in pipeline lacks
@@ -130,14 +144,12 @@ def _parse_override(text: str) -> tuple[str, Any]:
 def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedExperiment:
     """Read, merge, override, resolve and type-check an experiment file and its pipelines."""
     path = Path(path)
-    main = YamlFile(path, "experiment file")
-    files = [main] + _includes(main)
+    files = merge_order(YamlFile(path, "experiment file"))
     parsed = [_parse_override(o) for o in overrides]
     locate = _Sources(files, [(k, text) for (k, _), text in zip(parsed, overrides)])
 
     # schema defaults first, so that ${model.name} resolves when the file does not set it
-    merged = OmegaConf.merge(OmegaConf.create(_defaults()), *(f.config for f in files))
-    merged.pop("include", None)
+    merged = OmegaConf.merge(OmegaConf.create(_defaults()), *(_without_include(f.config) for f in files))
     for (key, value), text in zip(parsed, overrides):
         _apply_override(merged, key, value, text)
     try:
@@ -153,7 +165,8 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
                  for role in PIPELINE_ROLES
                  if getattr(config.pipelines, role) is not None and config.data.loader == "dali"}
     return LoadedExperiment(config=config, path=path, resolved=resolved,
-                            overrides=tuple(overrides), pipelines=pipelines, locate=locate)
+                            overrides=tuple(overrides), pipelines=pipelines, locate=locate,
+                            files=tuple(f.path for f in files))
 
 
 def _apply_override(merged: Any, key: str, value: Any, text: str) -> None:
@@ -209,14 +222,53 @@ def _listed(value: Any) -> Any:
     return [_listed(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
-def _includes(main: YamlFile) -> list[YamlFile]:
-    names = main.config.get("include") or []
+def merge_order(main: YamlFile) -> list[YamlFile]:
+    """`main` and every file it includes, lowest precedence first: each file after its own includes."""
+    order: list[YamlFile] = []
+    seen: set[Path] = set()
+
+    def visit(file: YamlFile, chain: list[YamlFile]) -> None:
+        """`chain`: the files that led here, `file` the last."""
+        seen.add(file.path.resolve())
+        for key, name in _include_names(file):
+            target = file.path.parent / name
+            chain_files = [f.path.resolve() for f in chain]
+            if target.resolve() in chain_files:
+                loop = [f.path for f in chain[chain_files.index(target.resolve()):]]
+                raise ConfigError(f"includes {name}, which leads back to this file: "
+                                  f"{' -> '.join(display_path(p) for p in [*loop, target])}. A file cannot include "
+                                  "itself, directly or through the files it includes; remove one of these includes.",
+                                  file=file.path, line=file.line(key), where=key)
+            if target.resolve() in seen:
+                continue  # already merged, at its first position
+            if not target.exists():
+                raise ConfigError(f"included file {display_path(target)} not found (an include path is relative to "
+                                  "the file that names it).", file=file.path, line=file.line(key), where=key)
+            included = YamlFile(target, f"included file (from {file.path.name})")
+            visit(included, [*chain, included])
+        order.append(file)
+
+    visit(main, [main])
+    return order
+
+
+def _include_names(file: YamlFile) -> list[tuple[str, str]]:
+    """(key path, file name) of each include in `file`."""
+    names = file.config.get("include")
+    if names is None:
+        return []
     if isinstance(names, str):
-        names = [names]
-    if not all(isinstance(n, str) for n in names):
-        raise ConfigError("include must be a file path or a list of file paths.",
-                          file=main.path, line=main.line("include"), where="include")
-    return [YamlFile(main.path.parent / n, f"included file (from {main.path.name})") for n in names]
+        return [("include", names)]
+    if OmegaConf.is_list(names) and all(isinstance(n, str) for n in names):
+        return [(f"include[{i}]", n) for i, n in enumerate(names)]
+    raise ConfigError("include must be a file path or a list of file paths.",
+                      file=file.path, line=file.line("include"), where="include")
+
+
+def _without_include(config: DictConfig) -> DictConfig:
+    copy = config.copy()
+    copy.pop("include", None)
+    return copy
 
 
 def pipeline_search_path(experiment: Path) -> list[Path]:
@@ -284,6 +336,8 @@ def _graph_source(role: str, spec: PipelineConfig, experiment: Path, locate: _So
 
 def _pipeline_from_file(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:
     key = f"pipelines.{role}"
+    written_in = locate(f"{key}.use")[0]  # `use:` is looked up from the file that wrote it, as includes are
+    experiment = written_in if isinstance(written_in, Path) else experiment
     path = find_pipeline(spec.use, experiment)
     if path is None:
         searched = ", ".join(str(d) for d in pipeline_search_path(experiment))

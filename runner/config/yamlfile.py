@@ -39,19 +39,27 @@ class YamlFile:
 
     def find(self, key: str) -> tuple[int | None, bool]:
         """(line, exact): the line of `key` or of its deepest parent, and whether `key` itself is here."""
+        line, depth = self._walk(key)
+        return line, depth == len(_split(key))
+
+    def depth(self, key: str) -> int:
+        """How many parts of `key`'s path this file writes: 0 for none, all of them when it sets `key`."""
+        return self._walk(key)[1]
+
+    def _walk(self, key: str) -> tuple[int | None, int]:
         node, found = self.node, None
-        for part in _split(key):
+        for depth, part in enumerate(_split(key)):
             if isinstance(node, yaml.MappingNode) and isinstance(part, str):
                 match = next(((k, v) for k, v in node.value if k.value == part), None)
                 if match is None:
-                    return found, False
+                    return found, depth
                 found, node = match[0].start_mark.line + 1, match[1]
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
                 node = node.value[part]
                 found = node.start_mark.line + 1
             else:
-                return found, False
-        return found, True
+                return found, depth
+        return found, len(_split(key))
 
 
 def _split(key: str) -> list[Any]:
