@@ -136,7 +136,7 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     locate = _Sources(files, [(k, text) for (k, _), text in zip(parsed, overrides)])
 
     # schema defaults first, so that ${model.name} resolves when the file does not set it
-    merged = OmegaConf.merge(OmegaConf.create(_defaults()), *(f.config for f in files))
+    merged = merge_sources(OmegaConf.create(_defaults()), [f.config for f in files])
     merged.pop("include", None)
     for (key, value), text in zip(parsed, overrides):
         _apply_override(merged, key, value, text)
@@ -226,6 +226,26 @@ def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any,
     if cfg.tracking.enabled and not cfg.tracking.experiment.strip():
         raise _error(locate, "tracking.experiment", "an empty name; MLflow files every run under a named experiment, "
                                                     "e.g. tracking.experiment=resnet50 (the default: runner).")
+
+
+def merge_sources(base: Any, configs: list[Any]) -> Any:
+    """`configs` merged over `base` in order, where a mapping may replace a list and a list a mapping (OmegaConf
+    refuses to merge the two; the typed check then says which one the key takes)."""
+    for config in configs:
+        _drop_other_kinds(base, config)
+        base = OmegaConf.merge(base, config)
+    return base
+
+
+def _drop_other_kinds(base: Any, config: Any) -> None:
+    for key in config:
+        if key not in base:
+            continue
+        old, new = base._get_node(key), config._get_node(key)
+        if OmegaConf.is_dict(old) and OmegaConf.is_dict(new):
+            _drop_other_kinds(old, new)
+        elif (OmegaConf.is_dict(old) and OmegaConf.is_list(new)) or (OmegaConf.is_list(old) and OmegaConf.is_dict(new)):
+            del base[key]
 
 
 def _defaults() -> dict[str, Any]:
