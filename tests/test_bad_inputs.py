@@ -746,3 +746,162 @@ PARTNER_CASES = [
 @pytest.mark.parametrize("case", PARTNER_CASES, ids=[c.id for c in PARTNER_CASES])
 def test_bad_partner(case: Case, project, capsys, monkeypatch):
     test_bad_input(case, project, capsys, monkeypatch)
+
+
+# ==== data folders with odd contents: they train on the right files, or stop with one paragraph ========
+
+def _copy_image(p: Path, src: str, dst: str | bytes) -> None:
+    dst = dst if isinstance(dst, bytes) else os.fsencode(p / dst)
+    Path(os.fsdecode(dst)).write_bytes((p / src).read_bytes())
+
+
+def os_litter(p: Path) -> None:
+    for where in ("data/train", "data/train/c0", "data/val"):
+        (p / where / ".DS_Store").write_bytes(b"\0\0\0\1Bud1\0")
+
+
+def notebook_checkpoints_in_a_class(p: Path) -> None:
+    (p / "data/train/c0/.ipynb_checkpoints").mkdir()
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/c0/.ipynb_checkpoints/000-checkpoint.jpg")
+
+
+def nested_folder_in_a_class(p: Path) -> None:
+    (p / "data/train/c1/more").mkdir()
+    _copy_image(p, "data/train/c1/000.jpg", "data/train/c1/more/x.jpg")
+
+
+def upper_case_extensions(p: Path) -> None:
+    for f, suffix in zip(sorted((p / "data/train").rglob("*.jpg")), (".JPG", ".JPEG", ".Jpg", ".jpeg")):
+        f.rename(f.with_suffix(suffix))
+    Image.open(p / "data/train/c0/000.JPG").save(p / "data/train/c0/extra.PNG")
+
+
+def linked_file_and_class(p: Path) -> None:
+    os.symlink(p / "data/train/c0/000.jpg", p / "data/train/c0/linked.jpg")
+    (p / "data/train/c1").rename(p / "data/c1-elsewhere")
+    os.symlink(p / "data/c1-elsewhere", p / "data/train/c1")
+    os.symlink(p / "data/train", p / "data/train/c0/loop")  # a link to a folder inside a class: not read
+
+
+def odd_names(p: Path) -> None:
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/c0/my photo 1.jpg")
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/c1/café ü.jpg")
+    _copy_image(p, "data/train/c0/000.jpg", os.fsencode(p / "data/train/c1") + b"/latin1-\xe9.jpg")
+    for split in ("train", "val"):
+        (p / "data" / split / "c1").rename(p / "data" / split / "chat noir é")
+
+
+# (folder set-up, extra overrides, images the reader reads in data/train)
+TRAINING_FOLDERS = {
+    "OS litter (.DS_Store)": (os_litter, [], 4),
+    "notebook checkpoints in a class folder": (notebook_checkpoints_in_a_class, [], 4),
+    "nested folder in a class folder": (nested_folder_in_a_class, [], 4),
+    "upper-case extensions": (upper_case_extensions, [], 5),
+    "linked file, linked class, link loop": (linked_file_and_class, [], 5),
+    "spaces, unicode and non-UTF-8 names": (odd_names, [], 7),
+    "train and val the same folder": (lambda p: None, ["data.eval_split=train"], 4),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRAINING_FOLDERS)
+def test_an_odd_but_valid_folder_trains_on_the_reader_files(project, capsys, name):
+    setup, overrides, files = TRAINING_FOLDERS[name]
+    train_and_val(project)
+    setup(project)
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, out, err = run_cli(["data", "check", "data/train"], capsys)
+    assert code == 0 and f"{files} of {files} files decode" in out, out + err
+    code, out, err = run_cli([*LAUNCH, *overrides], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"epochs / steps │ 1 / {files // 2}" in " ".join(out.split()), out
+
+
+@pytest.mark.slow
+def test_a_hidden_image_copy_in_a_class_folder_is_checked_and_skipped(project, capsys):
+    """macOS leaves ._NAME.jpg AppleDouble files beside copied images: the reader reads them, the decode check
+    lists them, and the run leaves them out."""
+    train_and_val(project)
+    (project / "data/train/c1/._000.jpg").write_bytes(b"\0\5\26\7\0\2\0\0Mac OS X        ")
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, out, _ = run_cli(["data", "check", "data/train"], capsys)
+    assert code == 1 and "4 of 5 files decode" in out and "c1/._000.jpg" in out
+    code, out, err = run_cli(LAUNCH, capsys)
+    assert code == 0, err
+    assert "epochs / steps │ 1 / 2" in " ".join(out.split())
+
+
+def file_for_a_split(p: Path) -> None:
+    images(p / "data" / "train")
+    (p / "data" / "val").write_text("not a folder")
+
+
+def file_for_the_root(p: Path) -> None:
+    (p / "data").write_text("not a folder")
+
+
+def broken_class_link(p: Path) -> None:
+    train_and_val(p)
+    os.symlink(p / "data" / "moved-away", p / "data" / "train" / "c2")
+
+
+def readme_only_class(p: Path) -> None:
+    train_and_val(p)
+    (p / "data" / "train" / "c2").mkdir()
+    (p / "data" / "train" / "c2" / "README.txt").write_text("class 2 images go here")
+
+
+def notebook_checkpoints_at_the_root(p: Path) -> None:
+    train_and_val(p)
+    (p / "data" / "train" / ".ipynb_checkpoints").mkdir()
+
+
+FOLDER_CASES = [
+    Case("a file where the eval split is expected", args=LAUNCH, setup=file_for_a_split,
+         expected=f"experiments/exp.yaml:3: data.root: data/val: is a file, not a folder. {LAYOUT}"),
+    Case("a file where data.root is expected", args=LAUNCH, setup=file_for_the_root,
+         expected="experiments/exp.yaml:3: data.root: data/train: no such folder (data is a file, not a folder). "
+                  f"{LAYOUT}"),
+    Case("a class folder that is a broken link", args=LAUNCH, setup=broken_class_link,
+         expected="experiments/exp.yaml:3: data.root: data/train: 'c2' is a broken symbolic link: DALI's reader stops "
+                  "on it ('Could not access ... during directory traversal'). Remove it."),
+    Case("a class folder holding only a README", args=LAUNCH, setup=readme_only_class,
+         expected="experiments/exp.yaml:3: data.root: data/train: 1 of 3 class folders hold no images: 'c2'. DALI's "
+                  "reader numbers every subfolder as a class (hidden and empty ones too), so these would shift the "
+                  f"labels; remove them or add images. {LAYOUT}"),
+    Case("notebook checkpoints at the split's top", args=LAUNCH, setup=notebook_checkpoints_at_the_root,
+         expected="experiments/exp.yaml:3: data.root: data/train: 1 of 3 class folders hold no images: "
+                  "'.ipynb_checkpoints'. DALI's reader numbers every subfolder as a class (hidden and empty ones too), "
+                  f"so these would shift the labels; remove them or add images. {LAYOUT}"),
+    Case("an empty train folder, checked", args=["data", "check", "data/train"], exp=None, setup=empty_train,
+         expected=f"data/train: the folder is empty. {LAYOUT}"),
+]
+
+
+@pytest.mark.parametrize("case", FOLDER_CASES, ids=[c.id for c in FOLDER_CASES])
+def test_bad_folder(case: Case, project, capsys, monkeypatch):
+    test_bad_input(case, project, capsys, monkeypatch)
+
+
+def val_with_another_class(p: Path) -> None:
+    images(p / "data" / "train", classes=2)
+    images(p / "data" / "val", classes=3)
+
+
+def checkpoint_images_at_the_root(p: Path) -> None:
+    train_and_val(p)
+    (p / "data/train/.ipynb_checkpoints").mkdir()
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/.ipynb_checkpoints/000-checkpoint.jpg")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="labels by class name")
+@pytest.mark.parametrize("setup", [val_with_another_class, checkpoint_images_at_the_root],
+                         ids=["val holds a class train lacks", "hidden folder of images in train"])
+def test_splits_whose_class_folders_differ_do_not_train_on_shifted_labels(project, capsys, setup):
+    """DALI numbers each split's folders on its own: with another folder in one split, every later class's label
+    differs between train and val. A run must map labels by class name or stop; today it trains and evaluates."""
+    setup(project)
+    (project / "experiments" / "exp.yaml").write_text(EXP.replace("num_classes: 2", "num_classes: 3"))
+    code, _, err = run_cli(LAUNCH, capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
