@@ -39,12 +39,15 @@ def ensure_data(v, *, quiet: bool = False) -> None:
                                min_side=s.min_side, max_side=s.max_side, quality=s.quality,
                                progress=None if quiet else progress)
         return
-    from runner.plan import scan_split
+    from runner.plan import check_split_sizes, scan_split
 
+    suffixes = {}
     for role in ("train", "eval"):
         if role == "eval" and v.config.pipelines.eval is None and cfg.loader == "dali":
             continue
-        scan_split(v.loaded, role, reader_suffixes(v, role))  # DataError at data.root, naming folder and layout
+        suffixes[role] = reader_suffixes(v, role)
+        scan_split(v.loaded, role, suffixes[role])  # DataError at data.root, naming folder and layout
+    check_split_sizes(v.loaded, v.target.world, suffixes)  # here once, rather than in every process
 
 
 def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str]) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runner.config import LoadedExperiment, PipelineSource
 from runner.config.sections import DataConfig, SynthConfig
-from runner.errors import ConfigError
+from runner.errors import ConfigError, display_path
 from runner.machine import cpu_cores
 
 # params a pipeline may declare that the runner fills in from the experiment
@@ -55,6 +55,33 @@ def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | 
         if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
             key = "data.train_split" if role == "train" else "data.eval_split"
         raise DataError(f"{e.file}: {e.message}", **loaded.where(key)) from None
+
+
+def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]]) -> None:
+    """A DataError when the train split holds less than one batch for each of `world` processes, or DALI's eval
+    reader would have a process with no image (it refuses more shards than files)."""
+    from runner.errors import DataError
+
+    data = loaded.config.data
+    files = _readable_count(data, "train", suffixes["train"])
+    if files // world < data.batch_size:
+        fix = f"lower data.batch_size to at most {files // world}, or add images" if files >= world else "add images"
+        raise DataError(f"{data.batch_size} images per process for {world} process(es) need at least "
+                        f"{data.batch_size * world} training images, but {display_path(split_dir(data, 'train'))} "
+                        f"holds {files} that the reader reads; {fix}.", **loaded.where("data.batch_size"))
+    if "eval" in suffixes and data.loader == "dali" and loaded.config.trainer.eval_every_n_epochs:
+        files = _readable_count(data, "eval", suffixes["eval"])
+        if files < world:
+            raise DataError(f"{display_path(split_dir(data, 'eval'))} holds {files} image(s) that the reader reads, "
+                            f"fewer than the {world} processes that each evaluate a share of them (DALI's reader "
+                            "needs at least one per process); add images, or run fewer processes.",
+                            **loaded.where("data.eval_split"))
+
+
+def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> int:
+    from runner.data.skips import readable_files
+
+    return len(readable_files(split_dir(data, role), suffixes, keep_skipped=not data.skip_bad_files))
 
 
 def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:

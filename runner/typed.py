@@ -137,6 +137,10 @@ def _scalar(tp: Any, value: Any, key: str, locate: Locator) -> Any:
 
 def _check_bounds(field: dataclasses.Field, value: Any, key: str, locate: Locator) -> None:
     meta = field.metadata
+    if meta and isinstance(value, tuple):  # a pair such as optimizer.betas: each item in the range
+        for i, item in enumerate(value):
+            _check_bounds(field, item, f"{key}[{i}]", locate)
+        return
     if not meta or not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     rules = {"gt": (lambda v, b: v > b, "greater than"), "ge": (lambda v, b: v >= b, "at least"),

@@ -562,3 +562,347 @@ def test_an_unreadable_class_folder(project, capsys):
     finally:
         (project / "data" / "train" / "c1").chmod(0o755)
     assert (code, err) == (2, "error: data/train/c1: cannot list this folder (Permission denied).\n")
+
+
+# ==== every field of every section: a wrong type and an out-of-range value ===========================
+# The schema is walked, so a field added to config/sections.py is covered without a new test.
+
+import dataclasses  # noqa: E402
+import re  # noqa: E402
+import types  # noqa: E402
+import typing  # noqa: E402
+
+import yaml  # noqa: E402
+
+from runner.config.sections import Experiment  # noqa: E402
+
+_NO_VALUE = object()
+
+
+def schema_fields(cls: type = Experiment, prefix: str = "") -> list[tuple[str, dataclasses.Field, typing.Any]]:
+    """(key path, field, annotation) for every field, nested sections (optional ones too) walked."""
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, tp = f"{prefix}{f.name}", hints[f.name]
+        out.append((key, f, tp))
+        nested = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
+        for section in nested:
+            out += schema_fields(section, key + ".")
+    return out
+
+
+def _options(tp: typing.Any) -> list[typing.Any]:
+    """The non-null types a field accepts: [int, Literal['auto']] for `int | Literal['auto']`."""
+    union = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    return [a for a in (typing.get_args(tp) if union else (tp,)) if a is not type(None)]
+
+
+def wrong_type(tp: typing.Any) -> typing.Any:
+    """A YAML value that no option of the annotation accepts; _NO_VALUE for Any."""
+    options = _options(tp)
+    if typing.Any in options:
+        return _NO_VALUE
+    if any(typing.get_origin(a) is dict or dataclasses.is_dataclass(a) for a in options):
+        return 7                  # a number for a mapping or a section
+    if any(a is str or typing.get_origin(a) in (list, tuple) for a in options):
+        return {"wrong": 1}       # a mapping for text (which takes numbers as text) or a list
+    return "wrong"                # text for a number, a flag or one of a set of names
+
+
+def out_of_range(f: dataclasses.Field, tp: typing.Any) -> typing.Any:
+    """A value just outside the field's bounds (each item, for a pair); _NO_VALUE for a field without bounds."""
+    meta = f.metadata
+    if not meta:
+        return _NO_VALUE
+    step = 1 if int in _options(tp) else 0.5
+    value = (meta["ge"] - step if "ge" in meta else meta["gt"] if "gt" in meta
+             else meta["le"] + step if "le" in meta else meta["lt"])
+    return [value] * len(typing.get_args(tp)) if typing.get_origin(tp) is tuple else value
+
+
+def _nested(key: str, value: typing.Any) -> dict:
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+BAD_FIELDS = [(key, kind, value)
+              for key, f, tp in schema_fields()
+              for kind, value in (("wrong type", wrong_type(tp)), ("out of range", out_of_range(f, tp)))
+              if value is not _NO_VALUE]
+
+
+def test_the_walk_reaches_every_section():
+    keys = {key for key, _, _ in BAD_FIELDS}
+    for key in ("seed", "model.num_classes", "optimizer.betas", "scheduler.pct_start", "trainer.compile_mode",
+                "data.synth.quality", "data.torchvision.prefetch_factor", "pipelines.train.hybrid.share",
+                "pipelines.eval.use", "tracking.tags"):
+        assert key in keys, key
+    assert len(BAD_FIELDS) > 120
+
+
+def _yaml_value(value: typing.Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+@pytest.mark.parametrize("command, where", [("validate", "file"), ("validate", "command line"),
+                                            ("launch", "command line")])
+@pytest.mark.parametrize("key, kind, value", BAD_FIELDS, ids=[f"{k} {kind}" for k, kind, _ in BAD_FIELDS])
+def test_every_field_refuses_a_bad_value(project, capsys, key, kind, value, command, where):
+    images(project / "data" / "train")
+    images(project / "data" / "val")
+    if where == "file":
+        text = yaml.safe_dump(_merge(yaml.safe_load(EXP), _nested(key, value)), default_flow_style=False,
+                              sort_keys=False)
+        (project / "experiments" / "exp.yaml").write_text(text)
+        args = [command, "experiments/exp.yaml"]
+    else:
+        (project / "experiments" / "exp.yaml").write_text(EXP)
+        args = [command, "experiments/exp.yaml", f"{key}={_yaml_value(value)}"]
+    before = snapshot(project)
+
+    code, out, err = run_cli(args, capsys)
+
+    assert code == 2, out + err
+    assert "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1, err
+    at = re.escape(key) + r"(\[\d\])?"
+    if where == "file":
+        match = re.match(rf"error: experiments/exp\.yaml:(\d+): {at}: ", err)
+        assert match, err
+        line = text.splitlines()[int(match[1]) - 1]
+        assert line.strip().startswith(key.split(".")[-1] + ":") or line.strip().startswith("- "), (line, err)
+    else:
+        assert re.match(rf"error: command line '{re.escape(args[-1])}': {at}: ", err), err
+    assert (" is not valid; expected " in err) if kind == "wrong type" else (" is out of range; it must be " in err)
+    assert snapshot(project) == before
+
+
+# ==== settings whose partner makes them do nothing, or fail only once training starts ================
+
+def train_and_val(p: Path) -> None:
+    images(p / "data" / "train")
+    images(p / "data" / "val")
+
+
+def one_val_image_per_class(p: Path) -> None:
+    images(p / "data" / "train", per_class=4)
+    images(p / "data" / "val", per_class=1)
+
+
+CPU4 = ["trainer.accelerator=cpu", "trainer.devices=4"]
+PARTNER_CASES = [
+    Case("compile mode without compile", args=[*VALIDATE, "trainer.compile_mode=max-autotune"],
+         expected="command line 'trainer.compile_mode=max-autotune': trainer.compile_mode: 'max-autotune' is set but "
+                  "trainer.compile is false, so the model would run without torch.compile; set trainer.compile=true, "
+                  "or remove trainer.compile_mode."),
+    Case("nesterov without momentum", exp=EXP + "optimizer: {momentum: 0, nesterov: true}\n",
+         expected="experiments/exp.yaml:8: optimizer.nesterov: true needs momentum, but optimizer.momentum is 0 "
+                  "(torch's SGD refuses Nesterov momentum without it); set optimizer.momentum above 0, e.g. 0.9, or "
+                  "nesterov=false."),
+    Case("adam beta of 1 or more", exp=EXP + "optimizer:\n  name: adamw\n  betas:\n    - 0.9\n    - 1.0\n",
+         expected="experiments/exp.yaml:12: optimizer.betas[1]: 1.0 is out of range; it must be at least 0 and less "
+                  "than 1."),
+    Case("warm-up as long as the run", exp=EXP + "scheduler: {warmup_epochs: 1}\n",
+         expected="experiments/exp.yaml:8: scheduler.warmup_epochs: 1 epochs of warm-up do not fit in "
+                  "trainer.epochs=1: the lr would never reach optimizer.lr; choose fewer than 1 warm-up epochs (0: "
+                  "none), or more epochs."),
+    Case("step schedule that never steps", args=[*VALIDATE, "scheduler.name=step", "trainer.epochs=20"],
+         expected="command line 'scheduler.name=step': scheduler.name: the step schedule decays the lr every "
+                  "scheduler.step_epochs=30 epochs, but trainer.epochs is 20, so it would never decay; set "
+                  "scheduler.step_epochs below 20, or use scheduler.name=constant."),
+    Case("step epochs as long as the run", exp=EXP + "scheduler: {name: step, step_epochs: 1}\n",
+         expected="experiments/exp.yaml:8: scheduler.step_epochs: the step schedule decays the lr every "
+                  "scheduler.step_epochs=1 epochs, but trainer.epochs is 1, so it would never decay; train more than "
+                  "one epoch, or use scheduler.name=constant."),
+    Case("empty MLflow experiment name", args=[*VALIDATE, "tracking.enabled=true", "tracking.experiment=''"],
+         expected="command line 'tracking.experiment=''': tracking.experiment: an empty name; MLflow files every run "
+                  "under a named experiment, e.g. tracking.experiment=resnet50 (the default: runner)."),
+    Case("mapping for a pair in the file", exp=EXP + "optimizer:\n  betas: {b1: 0.9}\n",
+         expected="experiments/exp.yaml:9: optimizer.betas: {'b1': 0.9} is not valid; expected a list of numbers."),
+    Case("list for a mapping in the file", exp=EXP.replace("num_classes: 2}", "num_classes: 2, kwargs: [0.2]}"),
+         expected="experiments/exp.yaml:1: model.kwargs: [0.2] is not valid; expected a mapping."),
+    Case("train batch larger than the train split", args=[*LAUNCH, "data.batch_size=8"], setup=train_and_val,
+         expected="command line 'data.batch_size=8': data.batch_size: 8 images per process for 1 process(es) need "
+                  "at least 8 training images, but data/train holds 4 that the reader reads; lower data.batch_size "
+                  "to at most 4, or add images."),
+    Case("train split under a batch per process", args=[*LAUNCH, *CPU4], setup=train_and_val,
+         expected="experiments/exp.yaml:3: data.batch_size: 2 images per process for 4 process(es) need at least 8 "
+                  "training images, but data/train holds 4 that the reader reads; lower data.batch_size to at most 1, "
+                  "or add images."),
+    Case("fewer eval images than processes", args=[*LAUNCH, *CPU4], setup=one_val_image_per_class,
+         expected="experiments/exp.yaml:3: data.eval_split: data/val holds 2 image(s) that the reader reads, fewer "
+                  "than the 4 processes that each evaluate a share of them (DALI's reader needs at least one per "
+                  "process); add images, or run fewer processes."),
+]
+
+
+@pytest.mark.parametrize("case", PARTNER_CASES, ids=[c.id for c in PARTNER_CASES])
+def test_bad_partner(case: Case, project, capsys, monkeypatch):
+    test_bad_input(case, project, capsys, monkeypatch)
+
+
+# ==== data folders with odd contents: they train on the right files, or stop with one paragraph ========
+
+def _copy_image(p: Path, src: str, dst: str | bytes) -> None:
+    dst = dst if isinstance(dst, bytes) else os.fsencode(p / dst)
+    Path(os.fsdecode(dst)).write_bytes((p / src).read_bytes())
+
+
+def os_litter(p: Path) -> None:
+    for where in ("data/train", "data/train/c0", "data/val"):
+        (p / where / ".DS_Store").write_bytes(b"\0\0\0\1Bud1\0")
+
+
+def notebook_checkpoints_in_a_class(p: Path) -> None:
+    (p / "data/train/c0/.ipynb_checkpoints").mkdir()
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/c0/.ipynb_checkpoints/000-checkpoint.jpg")
+
+
+def nested_folder_in_a_class(p: Path) -> None:
+    (p / "data/train/c1/more").mkdir()
+    _copy_image(p, "data/train/c1/000.jpg", "data/train/c1/more/x.jpg")
+
+
+def upper_case_extensions(p: Path) -> None:
+    for f, suffix in zip(sorted((p / "data/train").rglob("*.jpg")), (".JPG", ".JPEG", ".Jpg", ".jpeg")):
+        f.rename(f.with_suffix(suffix))
+    Image.open(p / "data/train/c0/000.JPG").save(p / "data/train/c0/extra.PNG")
+
+
+def linked_file_and_class(p: Path) -> None:
+    os.symlink(p / "data/train/c0/000.jpg", p / "data/train/c0/linked.jpg")
+    (p / "data/train/c1").rename(p / "data/c1-elsewhere")
+    os.symlink(p / "data/c1-elsewhere", p / "data/train/c1")
+    os.symlink(p / "data/train", p / "data/train/c0/loop")  # a link to a folder inside a class: not read
+
+
+def odd_names(p: Path) -> None:
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/c0/my photo 1.jpg")
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/c1/café ü.jpg")
+    _copy_image(p, "data/train/c0/000.jpg", os.fsencode(p / "data/train/c1") + b"/latin1-\xe9.jpg")
+    for split in ("train", "val"):
+        (p / "data" / split / "c1").rename(p / "data" / split / "chat noir é")
+
+
+# (folder set-up, extra overrides, images the reader reads in data/train)
+TRAINING_FOLDERS = {
+    "OS litter (.DS_Store)": (os_litter, [], 4),
+    "notebook checkpoints in a class folder": (notebook_checkpoints_in_a_class, [], 4),
+    "nested folder in a class folder": (nested_folder_in_a_class, [], 4),
+    "upper-case extensions": (upper_case_extensions, [], 5),
+    "linked file, linked class, link loop": (linked_file_and_class, [], 5),
+    "spaces, unicode and non-UTF-8 names": (odd_names, [], 7),
+    "train and val the same folder": (lambda p: None, ["data.eval_split=train"], 4),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRAINING_FOLDERS)
+def test_an_odd_but_valid_folder_trains_on_the_reader_files(project, capsys, name):
+    setup, overrides, files = TRAINING_FOLDERS[name]
+    train_and_val(project)
+    setup(project)
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, out, err = run_cli(["data", "check", "data/train"], capsys)
+    assert code == 0 and f"{files} of {files} files decode" in out, out + err
+    code, out, err = run_cli([*LAUNCH, *overrides], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"epochs / steps │ 1 / {files // 2}" in " ".join(out.split()), out
+
+
+@pytest.mark.slow
+def test_a_hidden_image_copy_in_a_class_folder_is_checked_and_skipped(project, capsys):
+    """macOS leaves ._NAME.jpg AppleDouble files beside copied images: the reader reads them, the decode check
+    lists them, and the run leaves them out."""
+    train_and_val(project)
+    (project / "data/train/c1/._000.jpg").write_bytes(b"\0\5\26\7\0\2\0\0Mac OS X        ")
+    (project / "experiments" / "exp.yaml").write_text(EXP)
+    code, out, _ = run_cli(["data", "check", "data/train"], capsys)
+    assert code == 1 and "4 of 5 files decode" in out and "c1/._000.jpg" in out
+    code, out, err = run_cli(LAUNCH, capsys)
+    assert code == 0, err
+    assert "epochs / steps │ 1 / 2" in " ".join(out.split())
+
+
+def file_for_a_split(p: Path) -> None:
+    images(p / "data" / "train")
+    (p / "data" / "val").write_text("not a folder")
+
+
+def file_for_the_root(p: Path) -> None:
+    (p / "data").write_text("not a folder")
+
+
+def broken_class_link(p: Path) -> None:
+    train_and_val(p)
+    os.symlink(p / "data" / "moved-away", p / "data" / "train" / "c2")
+
+
+def readme_only_class(p: Path) -> None:
+    train_and_val(p)
+    (p / "data" / "train" / "c2").mkdir()
+    (p / "data" / "train" / "c2" / "README.txt").write_text("class 2 images go here")
+
+
+def notebook_checkpoints_at_the_root(p: Path) -> None:
+    train_and_val(p)
+    (p / "data" / "train" / ".ipynb_checkpoints").mkdir()
+
+
+FOLDER_CASES = [
+    Case("a file where the eval split is expected", args=LAUNCH, setup=file_for_a_split,
+         expected=f"experiments/exp.yaml:3: data.root: data/val: is a file, not a folder. {LAYOUT}"),
+    Case("a file where data.root is expected", args=LAUNCH, setup=file_for_the_root,
+         expected="experiments/exp.yaml:3: data.root: data/train: no such folder (data is a file, not a folder). "
+                  f"{LAYOUT}"),
+    Case("a class folder that is a broken link", args=LAUNCH, setup=broken_class_link,
+         expected="experiments/exp.yaml:3: data.root: data/train: 'c2' is a broken symbolic link: DALI's reader stops "
+                  "on it ('Could not access ... during directory traversal'). Remove it."),
+    Case("a class folder holding only a README", args=LAUNCH, setup=readme_only_class,
+         expected="experiments/exp.yaml:3: data.root: data/train: 1 of 3 class folders hold no images: 'c2'. DALI's "
+                  "reader numbers every subfolder as a class (hidden and empty ones too), so these would shift the "
+                  f"labels; remove them or add images. {LAYOUT}"),
+    Case("notebook checkpoints at the split's top", args=LAUNCH, setup=notebook_checkpoints_at_the_root,
+         expected="experiments/exp.yaml:3: data.root: data/train: 1 of 3 class folders hold no images: "
+                  "'.ipynb_checkpoints'. DALI's reader numbers every subfolder as a class (hidden and empty ones too), "
+                  f"so these would shift the labels; remove them or add images. {LAYOUT}"),
+    Case("an empty train folder, checked", args=["data", "check", "data/train"], exp=None, setup=empty_train,
+         expected=f"data/train: the folder is empty. {LAYOUT}"),
+]
+
+
+@pytest.mark.parametrize("case", FOLDER_CASES, ids=[c.id for c in FOLDER_CASES])
+def test_bad_folder(case: Case, project, capsys, monkeypatch):
+    test_bad_input(case, project, capsys, monkeypatch)
+
+
+def val_with_another_class(p: Path) -> None:
+    images(p / "data" / "train", classes=2)
+    images(p / "data" / "val", classes=3)
+
+
+def checkpoint_images_at_the_root(p: Path) -> None:
+    train_and_val(p)
+    (p / "data/train/.ipynb_checkpoints").mkdir()
+    _copy_image(p, "data/train/c0/000.jpg", "data/train/.ipynb_checkpoints/000-checkpoint.jpg")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="labels by class name")
+@pytest.mark.parametrize("setup", [val_with_another_class, checkpoint_images_at_the_root],
+                         ids=["val holds a class train lacks", "hidden folder of images in train"])
+def test_splits_whose_class_folders_differ_do_not_train_on_shifted_labels(project, capsys, setup):
+    """DALI numbers each split's folders on its own: with another folder in one split, every later class's label
+    differs between train and val. A run must map labels by class name or stop; today it trains and evaluates."""
+    setup(project)
+    (project / "experiments" / "exp.yaml").write_text(EXP.replace("num_classes: 2", "num_classes: 3"))
+    code, _, err = run_cli(LAUNCH, capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err

@@ -20,7 +20,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.config.sections import Experiment, PipelineConfig
+from runner.config.sections import Experiment, PipelineConfig, SchedulerConfig
 from runner.config.yamlfile import YamlFile
 from runner.errors import ConfigError, did_you_mean, display_path, list_names
 from runner.typed import build
@@ -149,7 +149,7 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     locate = _Sources(files, [(k, text) for (k, _), text in zip(parsed, overrides)])
 
     # schema defaults first, so that ${model.name} resolves when the file does not set it
-    merged = OmegaConf.merge(OmegaConf.create(_defaults()), *(_without_include(f.config) for f in files))
+    merged = merge_sources(OmegaConf.create(_defaults()), [_without_include(f.config) for f in files])
     for (key, value), text in zip(parsed, overrides):
         _apply_override(merged, key, value, text)
     try:
@@ -211,6 +211,54 @@ def check_consistency(cfg: Experiment, locate: Callable[[str], tuple[Any, int | 
     if t.node_rank >= t.nnodes:
         raise _error(locate, "trainer.node_rank", f"{t.node_rank} is out of range for trainer.nnodes={t.nnodes}: "
                                                   f"node ranks run from 0 to {t.nnodes - 1}.")
+    _check_training_partners(cfg, locate)
+
+
+def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any, int | None]]) -> None:
+    """Settings that would silently do nothing, or fail only once training starts, next to the key they depend on."""
+    t, o, s = cfg.trainer, cfg.optimizer, cfg.scheduler
+    if t.compile_mode != "default" and not t.compile:
+        raise _error(locate, "trainer.compile_mode", f"'{t.compile_mode}' is set but trainer.compile is false, so the "
+                                                     "model would run without torch.compile; set trainer.compile=true, "
+                                                     "or remove trainer.compile_mode.")
+    if o.name == "sgd" and o.nesterov and o.momentum == 0:
+        raise _error(locate, "optimizer.nesterov", "true needs momentum, but optimizer.momentum is 0 (torch's SGD "
+                                                   "refuses Nesterov momentum without it); set optimizer.momentum "
+                                                   "above 0, e.g. 0.9, or nesterov=false.")
+    if s.warmup_epochs and s.warmup_epochs >= t.epochs:
+        raise _error(locate, "scheduler.warmup_epochs", f"{s.warmup_epochs:g} epochs of warm-up do not fit in "
+                                                        f"trainer.epochs={t.epochs}: the lr would never reach "
+                                                        f"optimizer.lr; choose fewer than {t.epochs} warm-up epochs "
+                                                        "(0: none), or more epochs.")
+    if s.name == "step" and s.step_epochs >= t.epochs:
+        key = "scheduler.name" if s.step_epochs == SchedulerConfig().step_epochs else "scheduler.step_epochs"
+        raise _error(locate, key, f"the step schedule decays the lr every scheduler.step_epochs={s.step_epochs} epochs, "
+                                  f"but trainer.epochs is {t.epochs}, so it would never decay; "
+                                  + (f"set scheduler.step_epochs below {t.epochs}" if t.epochs > 1
+                                     else "train more than one epoch") + ", or use scheduler.name=constant.")
+    if cfg.tracking.enabled and not cfg.tracking.experiment.strip():
+        raise _error(locate, "tracking.experiment", "an empty name; MLflow files every run under a named experiment, "
+                                                    "e.g. tracking.experiment=resnet50 (the default: runner).")
+
+
+def merge_sources(base: Any, configs: list[Any]) -> Any:
+    """`configs` merged over `base` in order, where a mapping may replace a list and a list a mapping (OmegaConf
+    refuses to merge the two; the typed check then says which one the key takes)."""
+    for config in configs:
+        _drop_other_kinds(base, config)
+        base = OmegaConf.merge(base, config)
+    return base
+
+
+def _drop_other_kinds(base: Any, config: Any) -> None:
+    for key in config:
+        if key not in base:
+            continue
+        old, new = base._get_node(key), config._get_node(key)
+        if OmegaConf.is_dict(old) and OmegaConf.is_dict(new):
+            _drop_other_kinds(old, new)
+        elif (OmegaConf.is_dict(old) and OmegaConf.is_list(new)) or (OmegaConf.is_list(old) and OmegaConf.is_dict(new)):
+            del base[key]
 
 
 def _defaults() -> dict[str, Any]:

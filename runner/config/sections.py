@@ -29,7 +29,7 @@ class OptimizerConfig:
     momentum: float = bounded(0.9, ge=0, lt=1)
     nesterov: bool = False
     weight_decay: float = bounded(1e-4, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[float, float] = bounded((0.9, 0.999), ge=0, lt=1)  # adamw
     eps: float = bounded(1e-8, gt=0)
     no_decay_on_norm_and_bias: bool = True      # the usual ResNet recipe: no decay on BN and biases
 
