@@ -264,3 +264,213 @@ def test_a_chart_title_names_the_machine_and_the_overrides_wrapped():
         "data.prefetch=3"]
     assert chart_title(BenchResult(**{**result.__dict__, "overrides": [], "machine": {}})) == \
         "rn50.yaml on CPU (2026-12-03 07:43:56)"
+
+
+# ---- --repeat and --suite
+
+
+def test_the_median_and_range_of_repeated_runs_and_the_per_round_shares():
+    from runner.bench.stats import Spread, median_result, ratios, spread
+
+    assert spread([4700.0, 4650.0, None, 4720.0]) == Spread(4700.0, 4650.0, 4720.0, 3)
+    assert spread([2.0, 4.0]) == Spread(3.0, 2.0, 4.0, 2)
+    assert spread([None]) is None
+    # each round's row over the same round's ceiling: 90/100, 99/110, and round 3's ceiling failed
+    shares = ratios([{"images_per_s": 90.0}, {"images_per_s": 99.0}, {"images_per_s": 95.0}],
+                    [{"images_per_s": 100.0}, {"images_per_s": 110.0}, None])
+    assert shares == [0.9, 0.9, None]
+    assert median_result([{"images_per_s": 3.0, "steps": 4, "shape": [4, 3]}, None,
+                          {"images_per_s": 1.0, "steps": 4, "shape": [4, 3]},
+                          {"images_per_s": 8.0, "steps": 4, "shape": [4, 3]}]) == \
+        {"images_per_s": 3.0, "steps": 4, "shape": [4, 3], "runs": 3}
+
+
+def _result(rows, repeat):
+    from runner.bench.suite import BenchResult
+
+    return BenchResult(experiment="s.yaml", overrides=[], machine={"gpu.model": "NVIDIA H200", "gpu.count": "1"},
+                       settings={"warmup": 50, "steps": 200, "window": 25}, rows=rows, started="2026-12-04 10:00:00",
+                       suite="gpu", software={"version.torch": "2.14.1+cu130", "version.dali": "2.4.0 (nvidia-dali-cuda130)"},
+                       repeat=repeat, command="runner bench --suite s.yaml")
+
+
+def test_each_row_is_divided_by_the_ceiling_of_its_own_trainer_settings(tiny):
+    from runner.bench.report import markdown
+    from runner.bench.suite import plan, rows_of
+    from runner.bench.suitefile import Entry, Suite
+    from runner.validate import validate
+
+    entries = [Entry(name="eager", experiment=str(tiny), overrides=(), loaders=("dali", "dali-cpu")),
+               Entry(name="compiled", experiment=str(tiny), overrides=("trainer.compile=true",), loaders=("dali",)),
+               Entry(name="eager-again", experiment=str(tiny), overrides=("data.prefetch=3",), loaders=("dali",))]
+    suite = Suite(name="t", entries=tuple(entries), repeat=2)
+    jobs = plan(suite, [validate(e.experiment, list(e.overrides)) for e in entries])
+    rows = {r.name: r for r in rows_of(jobs)}
+    assert list(rows) == ["ceiling (eager)", "eager/dali", "eager/dali-cpu", "ceiling (compiled)", "compiled/dali",
+                          "eager-again/dali"]
+    assert {n: r.ceiling for n, r in rows.items() if not r.is_ceiling} == {
+        "eager/dali": "ceiling (eager)", "eager/dali-cpu": "ceiling (eager)",
+        "compiled/dali": "ceiling (compiled)", "eager-again/dali": "ceiling (eager)"}
+    # each ceiling is measured once a round, with its entry's overrides
+    assert [(j.row.name, j.overrides) for j in jobs if j.row.is_ceiling] == [
+        ("ceiling (eager)", ("data.loader=synthetic", "data.image_size=32")),
+        ("ceiling (compiled)", ("trainer.compile=true", "data.loader=synthetic", "data.image_size=32"))]
+    runs = {"ceiling (eager)": [100, 120], "ceiling (compiled)": [200, 180], "compiled/dali": [190, 171],
+            "eager/dali": [95, 108]}
+    for name, values in runs.items():
+        rows[name].runs = {"e2e": [{"images_per_s": float(x)} for x in values]}
+    result = _result(list(rows.values()), repeat=2)
+    assert result.shares(rows["compiled/dali"]) == [0.95, 0.95]
+    assert result.shares(rows["eager/dali"]) == [0.95, 0.9]
+    md = markdown(result)
+    assert "| row | configuration | ceiling | train img/s | of ceiling (median of per-round ratios) |" in md
+    assert "| compiled/dali | DALI, imagenet_train as configured | ceiling (compiled) | 180 (171-190) | " \
+           "95.0% (95.0-95.0) |" in md
+    assert "| eager/dali | DALI, imagenet_train as configured | ceiling (eager) | 102 (95-108) | " \
+           "92.5% (90.0-95.0) |" in md
+
+
+def test_the_csv_names_what_was_measured_and_holds_median_min_max(tmp_path):
+    import csv
+
+    from runner.bench.results import write_results
+    from runner.bench.suite import Row
+
+    settings = {"model": "resnet50", "batch": 256, "image": 224, "precision": "bf16", "channels_last": True,
+                "compile": True, "compile_mode": "default", "accelerator": "gpu"}
+    ceiling = Row("synthetic", "random tensors", entry="ceiling (compiled)", experiment="e.yaml", settings=settings,
+                  is_ceiling=True, runs={"e2e": [{"images_per_s": 6700.0}, {"images_per_s": 6600.0},
+                                                 {"images_per_s": 6800.0}]})
+    ceiling.ceiling = ceiling.name
+    row = Row("dali", "DALI", entry="compiled", experiment="e.yaml", overrides=["tracking.enabled=false"],
+              settings=settings, ceiling=ceiling.name,
+              runs={"e2e": [{"images_per_s": 6030.0, "data_wait_share": 0.02, "gpu_util_pct": 90.0},
+                            {"images_per_s": 6270.0, "data_wait_share": 0.01, "gpu_util_pct": 93.0},
+                            {"images_per_s": 6460.0, "data_wait_share": 0.03, "gpu_util_pct": 95.0}]})
+    csv_path, md_path = write_results(_result([ceiling, row], repeat=3), tmp_path, cores=16)
+    assert csv_path.name == "bench-gpu-h200-torch2.14.1-dali2.4.0.csv"
+    lines = list(csv.DictReader(csv_path.open()))
+    assert lines[0]["entry"] == "ceiling (compiled)" and lines[0]["ceiling_share_median"] == ""
+    got = lines[1]
+    assert list(got)[:19] == ["suite", "entry", "loader", "experiment", "overrides", "ceiling", "model", "batch_size",
+                              "image_size", "precision", "channels_last", "compile", "compile_mode", "accelerator",
+                              "warmup", "steps", "mode", "n", "rounds"]
+    assert {k: got[k] for k in ("entry", "loader", "ceiling", "mode", "n", "compile", "images_per_s_median",
+                                "images_per_s_min", "images_per_s_max", "ceiling_share_median", "ceiling_share_min",
+                                "ceiling_share_max", "gpu_util_pct_median", "data_wait_share_max")} == {
+        "entry": "compiled", "loader": "dali", "ceiling": "ceiling (compiled)", "mode": "e2e", "n": "3",
+        "compile": "True", "images_per_s_median": "6270.0", "images_per_s_min": "6030.0",
+        "images_per_s_max": "6460.0", "ceiling_share_median": "0.95", "ceiling_share_min": "0.9",
+        "ceiling_share_max": "0.95", "gpu_util_pct_median": "93.0", "data_wait_share_max": "0.03"}
+    md = md_path.read_text()
+    assert md.startswith("### bench: suite gpu on NVIDIA H200\n\n- machine: 1 x NVIDIA H200")
+    assert "- software: torch 2.14.1+cu130, DALI 2.4.0 (nvidia-dali-cuda130)" in md
+    assert "- command: `runner bench --suite s.yaml`" in md
+    assert "| compiled/dali | DALI | ceiling (compiled) | 6,270 (6,030-6,460) | 95.0% (90.0-95.0) | 93% (90-95) |" in md
+
+
+SUITE = """\
+name: t
+repeat: 2
+warmup: 2
+steps: 2
+window: 2
+overrides: [tracking.enabled=false]
+entries:
+  - name: eager
+    experiment: {experiment}
+    loaders: [dali]
+    {extra}
+"""
+
+
+@pytest.mark.parametrize("extra,words,message", [
+    ("loaderz: [cache]", [], "error: s.yaml:11: entries[0].loaderz: unknown key. Did you mean 'loaders'? An entry "
+                             "takes: name, experiment, overrides, loaders, modes."),
+    ("modes: [e2e, fast]", [], "error: s.yaml:11: entries[0].modes: unknown mode 'fast'. Modes: loader, e2e, bare."),
+    ("overrides: [optimizer.lr_shedule=1]", [], "error: s.yaml:8: entry 'eager': command line "
+                                                "'optimizer.lr_shedule=1': optimizer.lr_shedule: unknown key."),
+    ("overrides: ['data.root=${vars.root}']", [], "error: s.yaml:11: entries[0].overrides: '${vars.root}' names "
+                                                    "no variable of this suite. Its variables: none."),
+    ("", ["--loaders", "dali"], "error: command line: --loaders: the suite's entries name their loaders; --loaders "
+                                "goes with one experiment."),
+])
+def test_a_bad_suite_file_is_one_paragraph_naming_its_line(tiny, project, capsys, extra, words, message):
+    (project / "s.yaml").write_text(SUITE.format(experiment=tiny, extra=extra))
+    code, out, err = run_cli(["bench", "--suite", "s.yaml", *words], capsys)
+    assert code == 2, out
+    assert err.strip().startswith(message) and "\n" not in err.strip() and "Traceback" not in err
+
+
+def test_a_suite_variable_left_unset_says_how_to_give_it(project, capsys):
+    from tests.conftest import REPO
+
+    path = REPO / "bench" / "suites" / "compact-cache.yaml"
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.startswith("vars:"))
+    code, _, err = run_cli(["bench", "--suite", path], capsys)
+    assert code == 2
+    assert err.strip().endswith(f"compact-cache.yaml:{line}: vars.cache_root: '${{vars.cache_root}}' is not set: give it on "
+                                "the command line, e.g. `runner bench --suite "
+                                f"{REPO / 'bench' / 'suites' / 'compact-cache.yaml'} vars.cache_root=DIR`.")
+
+
+@pytest.mark.parametrize("name", ["gpu", "gpu-loaders", "gpu-overhead", "compact-cache", "cpu"])
+def test_every_shipped_suite_checks(name):
+    from runner.bench.suitefile import load_suite
+    from runner.validate import validate
+    from tests.conftest import REPO
+
+    words = ["vars.cache_root=/data/compact"] if name == "compact-cache" else []
+    suite = load_suite(REPO / "bench" / "suites" / f"{name}.yaml", [*words, "data.root=/d"])
+    assert suite.warmup % suite.window == 0 and suite.steps % suite.window == 0
+    for e in suite.entries:
+        assert e.overrides[-1] == "data.root=/d"  # the command line's override comes last: it wins
+        validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
+    if name == "compact-cache":
+        assert "data.root=/data/compact" in suite.entries[0].overrides
+
+
+def test_repeat_alternates_the_variants_round_by_round(tiny, project, capsys):
+    code, out, err = run_cli(["bench", tiny, "--loaders", "synthetic,dali", "--modes", "e2e", "--repeat", "2",
+                              "--warmup", "2", "--steps", "2", "--window", "2", "--out", project / "b",
+                              "tracking.enabled=false"], capsys)
+    assert code == 0, err + out
+    log = [ln.split(" tracking")[0] for ln in (project / "b" / "bench.log").read_text().splitlines()
+           if ln.startswith(("====", "----"))]
+    assert log == ["---- round 1/2", "==== synthetic e2e", "==== dali e2e",
+                   "---- round 2/2", "==== synthetic e2e", "==== dali e2e"]
+    result = json.loads((project / "b" / "bench.json").read_text())
+    rows = {r["variant"]: r for r in result["rows"]}
+    dali = [r["images_per_s"] for r in rows["dali"]["runs"]["e2e"]]
+    ceiling = [r["images_per_s"] for r in rows["synthetic"]["runs"]["e2e"]]
+    shares = sorted(a / b for a, b in zip(dali, ceiling))
+    assert rows["dali"]["share_by_round"] == [a / b for a, b in zip(dali, ceiling)]
+    cell = f"{50 * (shares[0] + shares[1]):.1f}% ({100 * shares[0]:.1f}-{100 * shares[1]:.1f})"
+    md = (project / "b" / "bench.md").read_text()
+    assert f"| dali | DALI, imagenet_train as configured | {sum(dali) / 2:,.0f} ({min(dali):,.0f}-{max(dali):,.0f}) " \
+           f"| {cell} |" in md
+    assert "- command: `runner bench " in md and " --repeat 2 tracking.enabled=false`" in md
+    assert "tiny.yaml: 2 steps after 2 warm-up, batch 4, median (min-max) of 2 rounds" in out
+    assert "round 2/2  dali e2e: " in out
+    csv_file = next((project / "b").glob("bench-tiny-cpu*-torch*.csv"))
+    line = next(ln for ln in csv_file.read_text().splitlines()[1:] if ",dali," in ln)
+    assert f",e2e,2,2,{round(sorted(dali)[0] / 2 + sorted(dali)[1] / 2, 1 if sum(dali) / 2 >= 10 else 6)}," in line
+
+
+def test_the_cpu_suite_runs_end_to_end(project, capsys):
+    from tests.conftest import REPO
+
+    shutil_copy = __import__("shutil").copytree
+    shutil_copy(REPO / "experiments", project / "experiments", dirs_exist_ok=True)
+    shutil_copy(REPO / "bench", project / "bench", dirs_exist_ok=True)
+    code, out, err = run_cli(["bench", "--suite", "bench/suites/cpu.yaml", "--repeat", "1", "--warmup", "2",
+                              "--steps", "2", "--window", "2", "--out", project / "b",
+                              "data.torchvision.num_workers=0"], capsys)
+    assert code == 0, err + out
+    result = json.loads((project / "b" / "bench.json").read_text())
+    assert [r["name"] for r in result["rows"]] == ["ceiling (eager)", "dali/dali", "torchvision/torchvision"]
+    assert all(r["e2e"]["images_per_s"] > 0 for r in result["rows"])
+    assert result["rows"][1]["bare"]["steps"] == 2
+    md = next((project / "b").glob("bench-cpu-cpu*-torch*.md")).read_text()
+    assert "- command: `runner bench --suite bench/suites/cpu.yaml --repeat=1 --warmup=2 --steps=2 --window=2 " \
+           "data.torchvision.num_workers=0`" in md

@@ -185,7 +185,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         tracker = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri), v.config.tracking.experiment,
                                 run_name=spec["name"], tags={"mlflow.parentRunId": spec["parent_run_id"],
-                                                             "runner.bench.variant": spec["name"]})
+                                                             "runner.bench.variant": spec["name"],
+                                                             "runner.bench.round": str(spec.get("round", 1))})
         tracker.start(run_params(v, d.world))
     try:
         out = end_to_end(v, d, warmup, steps, tracker)

@@ -1,85 +1,128 @@
-"""Bench results as people compare them: the seed-style table (terminal and markdown) and a chart."""
+"""Bench results as people compare them: the table (terminal and markdown) and a chart.
+
+One run per row shows its numbers as measured; several show the median and, in brackets, the range (min-max).
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
-from runner.bench.suite import BenchResult
-
-
-def _num(x) -> str:
-    return "-" if x is None else f"{x:,.0f}"
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def rows(result: BenchResult) -> list[list[str]]:
-    """configuration, loader-only img/s, end-to-end img/s, share of the ceiling, GPU util, data wait, the training
-    thread's CPU, bare loop."""
-    out = []
-    for r in result.rows:
-        e2e = r.e2e or {}
-        util = e2e.get("gpu_util_pct")
-        bare = r.bare or {}
-        overhead = (e2e["images_per_s"] / bare["images_per_s"]) if e2e and bare else None
-        out.append([r.variant, r.description, _num((r.loader or {}).get("images_per_s")),
-                    _num(e2e.get("images_per_s")), _pct(r.ratio(result.ceiling)),
-                    "-" if util is None else f"{util:.0f}%", _pct(e2e.get("data_wait_share")),
-                    _threads(e2e), _num(bare.get("images_per_s")), _pct(overhead) if overhead else "-",
-                    "; ".join(f"{k}: failed" for k in r.errors)])
-    return out
-
-
-def _threads(e2e: dict) -> str:
-    """The training thread's share of the wall time on a core, and waiting for one."""
-    busy, queued = e2e.get("train_thread_busy_pct"), e2e.get("train_thread_queued_pct")
-    return "-" if busy is None else f"{busy:.0f}% / {queued:.1f}%"
-
+from runner.bench.stats import Spread, ratios, spread
+from runner.bench.suite import BenchResult, Row
 
 COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
            "training thread busy / queued", "bare-loop img/s", "runner/bare", "errors"]
+SHARE_OF_ROUNDS = "of ceiling (median of per-round ratios)"
+
+
+def columns(result: BenchResult) -> list[str]:
+    """COLUMNS, with a ceiling column for a suite and the share's header saying how it was taken."""
+    cols = [SHARE_OF_ROUNDS if c == "of ceiling" and result.repeat > 1 else c for c in COLUMNS]
+    if result.suite is not None:
+        cols = ["row", "configuration", "ceiling", *cols[2:]]
+    return cols
+
+
+def _cell(s: Spread | None, repeat: int, one, bracket=None) -> str:
+    """'-', a number, or the median and (min-max) of several; '2 of 3' when a round did not measure it."""
+    if s is None:
+        return "-"
+    if repeat == 1:
+        return one(s.median)
+    bracket = bracket or one
+    short = "" if s.n == repeat else f"; {s.n} of {repeat}"
+    return f"{one(s.median)} ({bracket(s.low)}-{bracket(s.high)}{short})"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _util(x: float) -> str:
+    return f"{x:.0f}%"
+
+
+def rows(result: BenchResult) -> list[list[str]]:
+    """One line per row, in columns(result)."""
+    n = result.repeat
+    out = []
+    for r in result.rows:
+        overhead = spread(ratios(r.runs.get("e2e", []), r.runs.get("bare", [])))
+        cells = [_cell(r.stat("loader", "images_per_s"), n, _num), _cell(r.stat("e2e", "images_per_s"), n, _num),
+                 "-" if r.is_ceiling else _cell(result.share(r), n, _pct, lambda x: f"{100 * x:.1f}"),
+                 _cell(r.stat("e2e", "gpu_util_pct"), n, _util, lambda x: f"{x:.0f}"),
+                 _cell(r.stat("e2e", "data_wait_share"), n, _pct, lambda x: f"{100 * x:.1f}"), _threads(r, n),
+                 _cell(r.stat("bare", "images_per_s"), n, _num), _cell(overhead, n, _pct, lambda x: f"{100 * x:.1f}"),
+                 _errors(r, n)]
+        head = [r.name, r.description] if result.suite is None else \
+            [r.name, r.description, "-" if r.is_ceiling or not r.ceiling else r.ceiling]
+        out.append([*head, *cells])
+    return out
+
+
+def _errors(r: Row, repeat: int) -> str:
+    parts = []
+    for mode in r.errors:
+        failed = sum(1 for x in r.runs.get(mode, []) if x is None)
+        parts.append(f"{mode}: failed" + (f" {failed} of {repeat}" if repeat > 1 else ""))
+    return "; ".join(parts)
+
+
+def _threads(r: Row, repeat: int) -> str:
+    """The training thread's share of the wall time on a core, and waiting for one."""
+    busy, queued = r.stat("e2e", "train_thread_busy_pct"), r.stat("e2e", "train_thread_queued_pct")
+    if busy is None:
+        return "-"
+    return (f"{_cell(busy, repeat, _util, lambda x: f'{x:.0f}')} / "
+            f"{_cell(queued, repeat, lambda x: f'{x:.1f}%', lambda x: f'{x:.1f}')}")
 
 
 def markdown(result: BenchResult) -> str:
-    body = rows(result)
-    keep = [i for i, c in enumerate(COLUMNS) if any(r[i] not in ("-", "") for r in body)]
-    lines = ["| " + " | ".join(COLUMNS[i] for i in keep) + " |", "|" + "---|" * len(keep)]
+    """The table with the columns that hold a number in some row."""
+    body, cols = rows(result), columns(result)
+    keep = [i for i, c in enumerate(cols) if any(r[i] not in ("-", "") for r in body)]
+    lines = ["| " + " | ".join(cols[i] for i in keep) + " |", "|" + "---|" * len(keep)]
     lines += ["| " + " | ".join(r[i] for i in keep) + " |" for r in body]
     return "\n".join(lines)
 
 
 def chart(result: BenchResult, path: Path) -> Path:
-    """Horizontal bars: training img/s per loader (the ceiling as a line) and loader-only img/s, a panel for each
-    mode that was measured."""
+    """Horizontal bars: training img/s per row (its share of its ceiling beside it; one ceiling also as a line) and
+    loader-only img/s, a panel for each mode that was measured; bars at the median, error bars over min-max."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r.variant for r in result.rows]
-    train = [(r.e2e or {}).get("images_per_s", 0) for r in result.rows]
-    only = [(r.loader or {}).get("images_per_s", 0) for r in result.rows]
-    panels = [(mode, title, values, color) for mode, title, values, color in (
-        ("e2e", "training, end to end (img/s)", train, "#4c72b0"), ("loader", "loader only (img/s)", only, "#55a868"))
-        if any(values) or any(mode in r.errors for r in result.rows)]
+    names = [r.name for r in result.rows]
+    panels = [(mode, title, [r.stat(mode, "images_per_s") for r in result.rows], color)
+              for mode, title, color in (("e2e", "training, end to end (img/s)", "#4c72b0"),
+                                         ("loader", "loader only (img/s)", "#55a868"))]
+    panels = [p for p in panels if any(p[2]) or any(p[0] in r.errors for r in result.rows)]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5, 0.6 * len(names) + 2), sharey=True,
                              squeeze=False)
     axes = axes[0]
     y = range(len(names))
-    for ax, (mode, title, values, color) in zip(axes, panels):
-        ax.barh(y, values, color=color)
+    ceilings = [r for r in result.rows if r.is_ceiling and r.e2e]
+    for ax, (mode, title, stats, color) in zip(axes, panels):
+        medians = [s.median if s else 0 for s in stats]
+        err = [[s.median - s.low if s else 0 for s in stats], [s.high - s.median if s else 0 for s in stats]]
+        ax.barh(y, medians, color=color, xerr=err if result.repeat > 1 else None, capsize=3)
         ax.set_title(title)
-        for i, val in enumerate(values):
-            if not val:
-                if mode in result.rows[i].errors:
+        for i, (s, row) in enumerate(zip(stats, result.rows)):
+            if s is None:
+                if mode in row.errors:
                     ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
                 continue
-            share = f" ({100 * val / result.ceiling:.1f}%)" if mode == "e2e" and result.ceiling else ""
-            ax.text(val, i, f" {val:,.0f}{share}", va="center", fontsize=9,
+            share = result.share(row) if mode == "e2e" and not row.is_ceiling else None
+            text = f" {s.median:,.0f}" + (f" ({100 * share.median:.1f}%)" if share else "")
+            ax.text(s.high, i, text, va="center", fontsize=9,
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5}, zorder=3)  # over the ceiling line
-        if mode == "e2e" and result.ceiling:
-            ax.axvline(result.ceiling, color="black", linestyle="--", linewidth=1)
+        if mode == "e2e" and len(ceilings) == 1:
+            ax.axvline(ceilings[0].e2e["images_per_s"], color="black", linestyle="--", linewidth=1)
         ax.grid(axis="x", alpha=0.3)
         ax.margins(x=0.25)
     axes[0].set_yticks(list(y), names)
@@ -93,10 +136,12 @@ def chart(result: BenchResult, path: Path) -> Path:
 
 
 def chart_title(result: BenchResult, width: int = 100) -> str:
-    """The experiment, machine and time, then the command line's overrides: two charts of one experiment differ
-    there."""
+    """The experiment (or suite), machine and time, then the command line's overrides: two charts of one
+    experiment differ there."""
     import textwrap
 
     machine = result.machine.get("gpu.model") or result.machine.get("cpu", "CPU")
-    head = f"{Path(result.experiment).name} on {machine} ({result.started})"
+    what = f"suite {result.suite}" if result.suite is not None else Path(result.experiment).name
+    rounds = f", median of {result.repeat} rounds" if result.repeat > 1 else ""
+    head = f"{what} on {machine} ({result.started}{rounds})"
     return "\n".join([head, *textwrap.wrap(" ".join(result.overrides), width)]) if result.overrides else head

@@ -1,4 +1,9 @@
-"""`runner bench`: every loader variant x mode, each in a fresh process, gathered into one result."""
+"""`runner bench`: every (row, mode) measured in a fresh process, round after round, gathered into one result.
+
+Rounds alternate the measurements (round 1 runs each once, then round 2, ...) so that a machine's drift (clocks,
+heat, a neighbour's load) falls on every row alike; each ceiling is measured again every round and a row's share
+of it is taken round by round, against the ceiling of that same round.
+"""
 from __future__ import annotations
 
 import json
@@ -10,7 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runner.bench.variants import Variant
+from runner.bench.stats import Spread, median_result, ratios, spread
+from runner.bench.suitefile import Suite
+from runner.bench.variants import ceiling_label, step_settings, variants
 from runner.errors import RunnerError
 
 
@@ -18,15 +25,37 @@ from runner.errors import RunnerError
 class Row:
     variant: str
     description: str
-    loader: dict[str, Any] | None = None        # loader-only result
-    e2e: dict[str, Any] | None = None           # end to end through runner's loop
-    bare: dict[str, Any] | None = None          # end to end in the bare loop
+    entry: str = ""                  # the suite entry ("" for one experiment)
+    experiment: str = ""
+    overrides: list[str] = field(default_factory=list)   # the entry's, without the variant's own
+    settings: dict[str, Any] = field(default_factory=dict)  # what the training step computes (step_settings)
+    ceiling: str | None = None       # name of the row this row's share is taken against
+    is_ceiling: bool = False
+    runs: dict[str, list[dict | None]] = field(default_factory=dict)  # mode -> one result a round (None: failed)
     errors: dict[str, str] = field(default_factory=dict)
 
-    def ratio(self, ceiling: float | None) -> float | None:
-        if not ceiling or not self.e2e:
-            return None
-        return self.e2e["images_per_s"] / ceiling
+    @property
+    def name(self) -> str:
+        return f"{self.entry}/{self.variant}" if self.entry and not self.is_ceiling else self.entry or self.variant
+
+    def result(self, mode: str) -> dict[str, Any] | None:
+        """The median over the rounds (a single run as it was)."""
+        return median_result(self.runs.get(mode, []))
+
+    @property
+    def loader(self) -> dict[str, Any] | None:
+        return self.result("loader")
+
+    @property
+    def e2e(self) -> dict[str, Any] | None:
+        return self.result("e2e")
+
+    @property
+    def bare(self) -> dict[str, Any] | None:
+        return self.result("bare")
+
+    def stat(self, mode: str, key: str) -> Spread | None:
+        return spread([(r or {}).get(key) for r in self.runs.get(mode, [])])
 
 
 @dataclass
@@ -38,14 +67,95 @@ class BenchResult:
     rows: list[Row]
     started: str
     parent_run_id: str | None = None
+    suite: str | None = None         # the suite's name; None for one experiment
+    command: str = ""                # the command line that repeats it
+    software: dict[str, str] = field(default_factory=dict)
+    repeat: int = 1
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
 
     @property
     def ceiling(self) -> float | None:
-        row = next((r for r in self.rows if r.variant == "synthetic" and r.e2e), None)
+        """img/s of the first ceiling (the median over the rounds)."""
+        row = next((r for r in self.rows if r.is_ceiling and r.e2e), None)
         return row.e2e["images_per_s"] if row else None
 
+    def shares(self, row: Row) -> list[float | None]:
+        """Round by round: the row's end-to-end img/s over its ceiling's in the same round."""
+        ceiling = self.row(row.ceiling) if row.ceiling else None
+        if ceiling is None or ceiling is row:
+            return []
+        return ratios(row.runs.get("e2e", []), ceiling.runs.get("e2e", []))
+
+    def share(self, row: Row) -> Spread | None:
+        return spread(self.shares(row))
+
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "ceiling": self.ceiling}, indent=2, default=str)
+        rows = []
+        for r in self.rows:
+            d = asdict(r)
+            d.update(name=r.name, loader=r.loader, e2e=r.e2e, bare=r.bare, share=_as_dict(self.share(r)),
+                     share_by_round=self.shares(r))
+            rows.append(d)
+        return json.dumps({**asdict(self), "rows": rows, "ceiling": self.ceiling}, indent=2, default=str)
+
+
+def _as_dict(s: Spread | None) -> dict | None:
+    return asdict(s) if s else None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One measurement, run once every round."""
+    row: Row
+    mode: str
+    overrides: tuple[str, ...]
+
+
+def plan(suite: Suite, validated: list) -> list[Job]:
+    """The rows of a suite and what each round measures, in order: an entry's ceiling (when no earlier entry
+    measured one of the same step settings) before its rows."""
+    every = [step_settings(v) for v in validated]
+    ceilings: dict[str, Row] = {}
+    jobs: list[Job] = []
+    for entry, v, settings in zip(suite.entries, validated, every):
+        key = json.dumps(settings, sort_keys=True)
+        chosen = variants(v, list(entry.loaders))
+        ceiling_name = None
+        if suite.own_ceilings:
+            if key not in ceilings:
+                synthetic = variants(v, ["synthetic"])[0]
+                row = Row("synthetic", synthetic.description, entry=f"ceiling ({ceiling_label(settings, every)})",
+                          experiment=entry.experiment, overrides=list(entry.overrides), settings=settings,
+                          is_ceiling=True)
+                row.ceiling = row.name
+                ceilings[key] = row
+                jobs.append(Job(row, "e2e", (*entry.overrides, *synthetic.overrides)))
+            ceiling_name = ceilings[key].name
+        elif "synthetic" in entry.loaders:
+            ceiling_name = "synthetic"
+        for variant in chosen:
+            if suite.own_ceilings and variant.name == "synthetic":
+                continue  # the ceiling row above is this measurement
+            row = Row(variant.name, variant.description, entry=entry.name, experiment=entry.experiment,
+                      overrides=list(entry.overrides), settings=settings, ceiling=ceiling_name,
+                      is_ceiling=variant.name == "synthetic" and not suite.own_ceilings)
+            # nothing to load for the ceiling: its loader-only rate is unbounded, and it has no bare loop to match
+            modes = [m for m in entry.modes if variant.name != "synthetic" or m == "e2e"]
+            jobs += [Job(row, mode, (*entry.overrides, *variant.overrides)) for mode in modes]
+            if not modes:
+                jobs.append(Job(row, "", ()))  # the row still shows, measured in no mode
+    return jobs
+
+
+def rows_of(jobs: list[Job]) -> list[Row]:
+    """Each row once, in the order of its first measurement."""
+    out: list[Row] = []
+    for j in jobs:
+        if all(r is not j.row for r in out):
+            out.append(j.row)
+    return out
 
 
 def measure(spec: dict[str, Any], log: Path) -> dict[str, Any]:
@@ -67,26 +177,29 @@ def measure(spec: dict[str, Any], log: Path) -> dict[str, Any]:
         return result
 
 
-def run_suite(experiment: str, overrides: list[str], variants: list[Variant], modes: list[str], *,
-              warmup: int, steps: int, window: int, out_dir: Path, parent_run_id: str | None,
-              on_progress: Callable[[str], None] = lambda s: None) -> list[Row]:
-    rows = []
+def run_rounds(jobs: list[Job], *, repeat: int, warmup: int, steps: int, window: int, out_dir: Path,
+               parent_run_id: str | None,
+               on_done: Callable[[int, Job, dict | None], None] = lambda r, j, res: None) -> list[Row]:
+    """Measure every job once a round, `repeat` rounds; each row keeps one result per round and mode."""
     log = out_dir / "bench.log"
-    for variant in variants:
-        row = Row(variant.name, variant.description)
-        for mode in modes:
-            if mode in ("bare", "loader") and variant.name == "synthetic":
-                continue  # nothing to load: its loader-only rate is unbounded
-            on_progress(f"{variant.name}: {mode}")
-            spec = {"name": variant.name, "mode": mode, "experiment": experiment,
-                    "overrides": [*overrides, *variant.overrides], "warmup": warmup, "steps": steps,
-                    "window": window, "parent_run_id": parent_run_id}
+    measured = [j for j in jobs if j.mode]
+    for row in rows_of(jobs):
+        row.runs = {j.mode: [] for j in measured if j.row is row}
+    for rnd in range(1, repeat + 1):
+        with log.open("a") as f:
+            f.write(f"\n---- round {rnd}/{repeat}\n")
+        for job in measured:
+            spec = {"name": job.row.name, "mode": job.mode, "experiment": job.row.experiment,
+                    "overrides": list(job.overrides), "warmup": warmup, "steps": steps, "window": window,
+                    "parent_run_id": parent_run_id, "round": rnd}
             try:
-                setattr(row, {"loader": "loader", "e2e": "e2e", "bare": "bare"}[mode], measure(spec, log))
+                result = measure(spec, log)
             except RunnerError as e:
-                row.errors[mode] = str(e)
-        rows.append(row)
-    return rows
+                result = None
+                job.row.errors.setdefault(job.mode, str(e))
+            job.row.runs[job.mode].append(result)
+            on_done(rnd, job, result)
+    return rows_of(jobs)
 
 
 def stamp() -> str:

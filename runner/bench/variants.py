@@ -26,6 +26,8 @@ def _size(role: str, source) -> tuple[str, ...]:
 
 
 DALI_LOADERS = {"dali", "dali-cpu", "cache"}
+LOADERS = ("synthetic", "dali", "dali-cpu", "cache", "torchvision")
+MODES = ("loader", "e2e", "bare")
 
 
 def ceiling_side(v) -> int:
@@ -101,3 +103,26 @@ def variants(v, names: list[str]) -> list[Variant]:
                               f"'{train.name}' has no decode_device parameter.", file=train.file)
         out.append(table[name])
     return out
+
+
+def step_settings(v) -> dict:
+    """What one training step computes, whatever feeds it: a ratio is taken only between rows that agree on all
+    of these (the loader variants change data.* and pipelines.* alone, so every variant of an experiment does)."""
+    cfg = v.config
+    return {"model": cfg.model.name, "classes": cfg.model.num_classes, "batch": cfg.data.batch_size,
+            "image": ceiling_side(v), "precision": cfg.trainer.precision, "channels_last": cfg.trainer.channels_last,
+            "compile": cfg.trainer.compile, "compile_mode": cfg.trainer.compile_mode if cfg.trainer.compile else None,
+            "optimizer": cfg.optimizer.name, "label_smoothing": cfg.trainer.label_smoothing,
+            "accelerator": v.target.accelerator, "processes": v.processes}
+
+
+def ceiling_label(settings: dict, every: list[dict]) -> str:
+    """The ceiling's name in tables: eager or compiled (and the mode), then whatever else differs among the
+    ceilings of one bench."""
+    label = "eager" if not settings["compile"] else "compiled" + (
+        "" if settings["compile_mode"] == "default" else f" {settings['compile_mode']}")
+    shown = {"model": "{}", "classes": "{} classes", "batch": "batch {}", "image": "{} px", "precision": "{}",
+             "channels_last": "channels_last {}", "optimizer": "{}", "label_smoothing": "smoothing {}",
+             "accelerator": "{}", "processes": "{} processes"}
+    varying = [k for k in shown if len({str(s[k]) for s in every}) > 1]
+    return ", ".join([label, *(shown[k].format(settings[k]) for k in varying)])
