@@ -1,4 +1,4 @@
-"""Bench results as people compare them: the seed-style table (terminal and markdown) and a chart."""
+"""Bench results as people compare them: a loader-by-loader table (terminal and markdown) and a chart."""
 from __future__ import annotations
 
 from pathlib import Path
