@@ -1,4 +1,4 @@
-"""DALI's CPU JPEG decode alone, with libjpeg-turbo's accurate IDCT and with its fast one (pipelines' fast_idct).
+"""DALI's CPU JPEG decode alone, with libjpeg-turbo's accurate IDCT and with its fast one (DALI's use_fast_idct).
 
     .venv/bin/python bench/cpu_decode.py [--data DIR] [--runs 3] [--batches 15]
 

@@ -205,7 +205,7 @@ def skip_file_list(loaded: LoadedExperiment, role: str, graph) -> str | None:
 
 
 def dali_threads(data: DataConfig, target: Target) -> int:
-    """data.num_threads, or ~75% of this process's share of the cores (the seed's rule of thumb), or with
+    """data.num_threads, or ~75% of this process's share of the cores (a common rule of thumb), or with
     data.reserved_cores every core of the share not reserved."""
     if data.num_threads != "auto":
         return int(data.num_threads)

@@ -28,7 +28,7 @@ pipelines:
 
 
 def hand_written(data_dir, args: PipelineArgs):
-    """The seed's pipeline as its article writes it, placed on the CPU, with the runner's sharding."""
+    """The PyTorch + DALI article's pipeline as written there, placed on the CPU, with the runner's sharding."""
     from nvidia.dali import fn, pipeline_def, types
 
     @pipeline_def

@@ -1,6 +1,6 @@
 """One benchmark measurement in a fresh process: `python -m runner.bench.measure SPEC.json OUT.json`.
 
-Each variant runs in its own process (as bench/anchor.py does) so DataLoader forks, DALI
+Each variant runs in its own process (as a hand-written benchmark script would) so DataLoader forks, DALI
 threads and GPU memory of one variant never affect the next. Clocks are read after a device
 synchronisation; warm-up steps (cuDNN autotuning, torch.compile, filling prefetch queues) are
 excluded; the measured stretch is long enough to drain the prefetch queues several times over.
@@ -102,7 +102,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 class BareStep:
-    """The same loader and model in the plainest loop (anchor.py's): what runner's extras are compared with.
+    """The same loader and model in the plainest loop (forward, backward, step): what runner's extras are compared with.
     Calling it runs one training step; `wait` accumulates the seconds spent in `next()`."""
 
     def __init__(self, v, d: Dist):

@@ -1,4 +1,4 @@
-"""The seed's baseline: torchvision ImageFolder + DataLoader, PIL decode and transforms on CPU workers."""
+"""The torchvision baseline: ImageFolder + DataLoader, PIL decode and transforms on CPU workers."""
 from __future__ import annotations
 
 import random
