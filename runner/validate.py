@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.config import LoadedExperiment, load_experiment
+from runner.config.load import schedule_notes
 from runner.machine import processes_per_node, resolve_accelerator
 from runner.models import check_model
 from runner.optim import OPTIMIZERS, SCHEDULES
@@ -17,6 +18,7 @@ class Validated:
     target: Target
     processes: int
     graphs: dict = field(default_factory=dict)   # role -> CheckedGraph (DALI loader only)
+    notes: tuple[str, ...] = ()                  # settings that run as written but may surprise
 
     @property
     def config(self):
@@ -50,4 +52,5 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     procs = processes_per_node(trainer.devices, acc, loaded.where("trainer.devices")) if accelerator is None else 1
     target = Target(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
-    return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs)
+    return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs,
+                     notes=tuple(schedule_notes(loaded.config)))

@@ -196,7 +196,7 @@ def ignored(path: str, patterns: list[str]) -> bool:
 def test_the_ignore_rules_catch_local_state():
     patterns = dockerignore_patterns()
     for path in (".venv/bin/python", ".git/HEAD", "data/synth/x.jpg", "mlflow.db", "checkpoints/a.pt",
-                 ".devpack0/part.0", "runner/__pycache__/cli.cpython-311.pyc", "mlruns/0/meta.yaml"):
+                 "bench-out/x/bench.json", "runner/__pycache__/cli.cpython-311.pyc", "mlruns/0/meta.yaml"):
         assert ignored(path, patterns), path
     for path in ("pyproject.toml", "runner/cli.py", "pipelines/imagenet_train.yaml"):
         assert not ignored(path, patterns), path

@@ -27,8 +27,12 @@ def add_experiment(parser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="overrides, e.g. optimizer.lr=0.05")
 
 
-def cpu_note(graphs: dict) -> None:
-    """Say once that a GPU pipeline was placed on the CPU, and which deprecated DALI names it was written with."""
+def run_notes(v) -> None:
+    """Say once what a validated experiment runs differently from how it reads: a GPU pipeline placed on the CPU,
+    deprecated DALI names, a schedule that never leaves its warm-up or never decays."""
+    for note in v.notes:
+        console.note(note)
+    graphs = v.graphs
     renamed = dict(pair for g in graphs.values() for pair in g.renamed)
     if renamed:
         console.note("DALI has deprecated " + ", ".join(

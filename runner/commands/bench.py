@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from runner import console
-from runner.commands.args import cpu_note
+from runner.commands.args import run_notes
 from runner.errors import ConfigError
 
 DEFAULT_LOADERS = "synthetic,dali,dali-cpu,cache,torchvision"
@@ -146,7 +146,7 @@ def prepare(suite) -> list:
     noted, made = False, set()
     for entry, v in zip(suite.entries, validated):
         if v.graphs and not noted:
-            cpu_note(v.graphs)
+            run_notes(v)
             noted = True
         if note := size_note(v, variants(v, list(entry.loaders))):
             console.note(note if suite.path is None else f"entry '{entry.name}': {note}")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
+from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
 from runner.plan import HYBRID, compiled_source
 
 
@@ -24,7 +24,7 @@ def run(args) -> int:
     if args.output:
         check_writable(args.output)
     v = validate(path, overrides)
-    cpu_note(v.graphs)
+    run_notes(v)
     source = compiled_source(v, args.pipeline)
     if args.output:
         write_text_atomic(args.output, source)

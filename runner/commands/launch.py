@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
+from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
 
 
 def register(sub) -> None:
@@ -22,5 +22,5 @@ def run(args) -> int:
     path, overrides = experiment_and_overrides(args)
     v = validate(path, overrides)
     if not (under_torchrun() and (WORKER_ENV in os.environ or int(os.environ.get("RANK", 0)) > 0)):
-        cpu_note(v.graphs)  # said once: by the parent, or by rank 0 of a user's own torchrun
+        run_notes(v)  # said once: by the parent, or by rank 0 of a user's own torchrun
     return launch(v, path, overrides, resume=args.resume)

@@ -8,7 +8,7 @@ import yaml
 from rich.markup import escape
 
 from runner import console
-from runner.commands.args import cpu_note, split_overrides
+from runner.commands.args import run_notes, split_overrides
 from runner.errors import RunnerError, display_path
 
 
@@ -43,7 +43,7 @@ def run(args) -> int:
                      f"{display_path(local)} instead. If it changed since the run's commit, so does the pipeline.")
     overrides = [*overrides, *reproduction_overrides(record.run_id, uri, snap.experiment, overrides)]
     v = _validate(record, snap.experiment, overrides)
-    cpu_note(v.graphs)
+    run_notes(v)
     if v.config.data.loader != "synthetic" and v.config.data.root is None:
         ensure_data(v)  # the generated set is deterministic: generate it so its fingerprint can be compared
     print_differences(record, machine_differences(record, v) + data_differences(record, v))

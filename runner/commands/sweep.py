@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from runner import console
-from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
+from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
 
 
 def register(sub) -> None:
@@ -34,7 +34,7 @@ def run(args) -> int:
     print_grid(path, axes, plain, children)
     if args.dry_run:
         return 0
-    cpu_note(checked[0].graphs)
+    run_notes(checked[0])
     return run_children(path, plain, children, checked[0], short)
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from runner import console
-from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
+from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
 from runner.errors import display_path
 
 
@@ -42,7 +42,7 @@ def run(args) -> int:
     output = check_writable(args.output if args.output else default_output(Path(path)))  # before the trials
     v = validate(path, overrides)
     replacing = _check_output(output, v.loaded)
-    cpu_note(v.graphs)
+    run_notes(v)
     if v.config.data.loader != "dali" or "train" not in v.graphs:
         raise ConfigError("runner tune tunes the DALI train pipeline; this experiment's data.loader is "
                           f"'{v.config.data.loader}'.", file=v.loaded.path, where="data.loader")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import cpu_note, split_overrides
+from runner.commands.args import run_notes, split_overrides
 from runner.errors import RunnerError, display_path
 from runner.plan import HYBRID, data_root, hybrid_batches
 from runner.validate import Validated
@@ -24,7 +24,7 @@ def run(args) -> int:
                           file="command line")
     checked = [validate(path, overrides) for path in files]  # every file checked before anything prints
     for v in checked:
-        cpu_note(v.graphs)
+        run_notes(v)
         print_validated(v)
     return 0
 

@@ -20,7 +20,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.config.sections import Experiment, PipelineConfig, SchedulerConfig
+from runner.config.sections import Experiment, PipelineConfig
 from runner.config.yamlfile import YamlFile
 from runner.errors import ConfigError, did_you_mean, display_path, list_names
 from runner.typed import build
@@ -225,20 +225,22 @@ def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any,
         raise _error(locate, "optimizer.nesterov", "true needs momentum, but optimizer.momentum is 0 (torch's SGD "
                                                    "refuses Nesterov momentum without it); set optimizer.momentum "
                                                    "above 0, e.g. 0.9, or nesterov=false.")
-    if s.warmup_epochs and s.warmup_epochs >= t.epochs:
-        raise _error(locate, "scheduler.warmup_epochs", f"{s.warmup_epochs:g} epochs of warm-up do not fit in "
-                                                        f"trainer.epochs={t.epochs}: the lr would never reach "
-                                                        f"optimizer.lr; choose fewer than {t.epochs} warm-up epochs "
-                                                        "(0: none), or more epochs.")
-    if s.name == "step" and s.step_epochs >= t.epochs:
-        key = "scheduler.name" if s.step_epochs == SchedulerConfig().step_epochs else "scheduler.step_epochs"
-        raise _error(locate, key, f"the step schedule decays the lr every scheduler.step_epochs={s.step_epochs} epochs, "
-                                  f"but trainer.epochs is {t.epochs}, so it would never decay; "
-                                  + (f"set scheduler.step_epochs below {t.epochs}" if t.epochs > 1
-                                     else "train more than one epoch") + ", or use scheduler.name=constant.")
     if cfg.tracking.enabled and not cfg.tracking.experiment.strip():
         raise _error(locate, "tracking.experiment", "an empty name; MLflow files every run under a named experiment, "
                                                     "e.g. tracking.experiment=resnet50 (the default: runner).")
+
+
+def schedule_notes(cfg: Experiment) -> list[str]:
+    """Schedules that run as written but not as a full recipe would: said, not refused, since a short trial
+    (trainer.epochs=1) of a longer recipe is what a user often means."""
+    t, s, notes = cfg.trainer, cfg.scheduler, []
+    if s.warmup_epochs and s.warmup_epochs >= t.epochs:
+        notes.append(f"scheduler.warmup_epochs={s.warmup_epochs:g} is not shorter than trainer.epochs={t.epochs}: "
+                     "the lr stays in its warm-up and never reaches optimizer.lr.")
+    if s.name == "step" and s.step_epochs >= t.epochs:
+        notes.append(f"the step schedule decays the lr every scheduler.step_epochs={s.step_epochs} epochs and "
+                     f"trainer.epochs is {t.epochs}: it never decays.")
+    return notes
 
 
 def merge_sources(base: Any, configs: list[Any]) -> Any:
