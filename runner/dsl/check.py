@@ -187,7 +187,8 @@ class _Checker:
     def _typed(self, value: TypedConst) -> Typed:
         number = self.literal(value.value)
         if not _number(number):
-            raise self.fail(f"types.Constant takes a number here; got {number!r}.")
+            raise self.fail(f"types.Constant takes a number here; got {number!r} (a list operand is written as the "
+                            "list itself, as in `images * [0.5, 1.0, 1.5]`).")
         dtypes = argtypes.enum_members()["DALIDataType"]
         if value.dtype and value.dtype not in dtypes:
             raise self.fail(f"'{value.dtype}' is not a data type DALI's arithmetic takes; one of: "
