@@ -152,6 +152,14 @@ def hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
     return batch - copy, copy
 
 
+def _first_operator(graph):
+    """The operator of a checked graph's first step (its reader), or None when that step is arithmetic."""
+    from runner.dsl.checked import OpNode
+
+    node = graph.steps[0].node if graph.steps else None
+    return node if isinstance(node, OpNode) else None
+
+
 def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str | None]:
     """The split's files dealt between the two copies in proportion to their part of each batch, at random (the
     experiment's seed) or by size (hybrid.deal), as two reader file lists; (None, None) while the split does not
@@ -160,7 +168,7 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
 
     from runner.data.skips import readable_files, write_file_list
 
-    reader = graph.steps[0].node if graph.steps else None
+    reader = _first_operator(graph)
     given = dict(reader.kwargs) if reader is not None else {}
     if reader is None or reader.op.name != "readers.file" or "file_root" not in given or "file_list" in given \
             or "files" in given:
@@ -186,7 +194,7 @@ def reader_suffixes(graph) -> tuple[str, ...]:
     """The file endings a checked graph's first reader reads (its file_filters, or DALI's defaults)."""
     from runner.data.scan import filter_suffixes
 
-    reader = graph.steps[0].node if graph.steps else None
+    reader = _first_operator(graph)
     filters = dict(reader.kwargs).get("file_filters") if reader is not None else None
     return filter_suffixes(filters.value if filters is not None else None)
 
@@ -195,7 +203,7 @@ def skip_file_list(loaded: LoadedExperiment, role: str, graph) -> str | None:
     """A file list without the split's skip-listed files, when it has any (see data.skips)."""
     data = loaded.config.data
     folder = split_dir(data, role)
-    reader = graph.steps[0].node if graph.steps else None
+    reader = _first_operator(graph)
     if not data.skip_bad_files or reader is None or reader.op.name != "readers.file" or not folder.is_dir():
         return None
     from runner.data.skips import file_list

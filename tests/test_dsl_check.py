@@ -151,6 +151,64 @@ CASES = [
     ("arithmetic on a string",
      [READ, "images = decoders.image(jpegs)", 'images = resize(images, resize_x="a" * 2)', NORM], None,
      "arithmetic '*' needs numbers; got 'a' and 2."),
+    ("a string as an arithmetic operand",
+     [READ, "images = decoders.image(jpegs)", 'images = images * "2"', NORM], None,
+     "experiments/exp.yaml:6: step 3 (images = images * \"2\"): operand '2' of '*' is not a number; arithmetic on "
+     "streams takes streams, operator calls, numbers (True and False too), lists of numbers and types.Constant."),
+    ("an enum as an arithmetic operand",
+     [READ, "images = decoders.image(jpegs)", "images = types.FLOAT - images", NORM], None,
+     "operand types.FLOAT of '-' is not a number; arithmetic on streams takes"),
+    ("a string in a list operand",
+     [READ, "images = decoders.image(jpegs)", "images = images * [1, 'a', 3]", NORM], None,
+     "operand [1, 'a', 3] of '*' is not a number;"),
+    ("a string in a math function",
+     [READ, "images = decoders.image(jpegs)", "images = math.clamp(images, 'lo', 255)", NORM], None,
+     "operand 'lo' of 'math.clamp' is not a number;"),
+    ("unknown math function",
+     [READ, "images = decoders.image(jpegs)", "images = math.sqr(images)", NORM], None,
+     "step 3 (images = math.sqr(images)): unknown function 'math.sqr'. Did you mean 'math.sqrt'? DALI's math "
+     "functions: abs, acos, acosh, asin, asinh, atan, atan2, atanh, cbrt, ceil, clamp, cos,"),
+    ("math function arity",
+     [READ, "images = decoders.image(jpegs)", "images = dali.math.clamp(images, 0)", NORM], None,
+     "math.clamp takes 3 operand(s) (value, lo, hi), got 2."),
+    ("math function on numbers only",
+     [READ, "images = decoders.image(jpegs)", "images = resize(images, resize_x=math.sqrt(64))", NORM], None,
+     "math.sqrt needs a stream among its operands (the output of an operator); DALI's math functions work on "
+     "streams, not on numbers alone."),
+    ("a constant for a step",
+     [READ, "images = decoders.image(jpegs)", "images = 2 * 128", NORM], None,
+     "step 3 (images = 2 * 128): the right-hand side is a constant; a step computes a stream: an operator call, or "
+     "arithmetic on a stream such as `images = images / 255`."),
+    ("arithmetic with an undefined stream",
+     [READ, "images = decoders.image(jpegs)", "images = imgs / 255", NORM], None,
+     "step 3 (images = imgs / 255): undefined stream 'imgs'. Did you mean 'images'?"),
+    ("arithmetic for a constant argument",
+     [READ, "images = decoders.image(jpegs)", "images = resize(images, dtype=labels * 2)", NORM], None,
+     "argument 'dtype' of resize takes a constant (a data type (FLOAT, UINT8, FLOAT16, INT32, INT64, FLOAT64, "
+     "INT8, INT16, ...)), not arithmetic on streams."),
+    ("arithmetic assigned to two names",
+     [READ, "images = decoders.image(jpegs)", "images, mask = images * 2", NORM], None,
+     "arithmetic gives one stream, but 2 names are assigned; write one name on the left."),
+    ("a chained comparison",
+     [READ, "images = decoders.image(jpegs)", "mask = 0 < images < 128", NORM], None,
+     "'0 < images < 128': a chained comparison asks Python for a bool, which a DALI stream is not; compare once "
+     "per expression and combine them with &, as in `(x > 0) & (x < 1)`."),
+    ("not on a stream",
+     [READ, "images = decoders.image(jpegs)", "images = images * (not labels)", NORM], None,
+     "'not labels': `and`, `or` and `not` need a Python bool, which a DALI stream is not; combine conditions with "
+     "&, | and ^ (`condition ^ True` negates one, as DALI's expr_conditional_and_masking example does)."),
+    ("a typed constant of a non-numeric type",
+     [READ, "images = decoders.image(jpegs)", "images = images * types.Constant(2, dtype=types.RGB)", NORM], None,
+     "'RGB' is not a data type DALI's arithmetic takes; one of: FLOAT, UINT8,"),
+    ("a list in types.Constant",
+     [READ, "images = decoders.image(jpegs)", "images = images * types.Constant([1, 2, 3])", NORM], None,
+     "types.Constant takes a number here; got [1, 2, 3] (a list operand is written as the list itself, as in "
+     "`images * [0.5, 1.0, 1.5]`)."),
+    ("arithmetic on the GPU into a CPU-only operator",
+     [READ, DECODE, "images = images / 255", "images = decoders.numpy(images)", NORM], None,
+     "step 4 (images = decoders.numpy(images)): stream 'images' (from step 3, arithmetic on the GPU) is on the GPU "
+     "but this step runs on the CPU, and DALI cannot copy data back to the CPU; decoders.numpy runs only on the "
+     "CPU, so move this step before the data goes to the GPU."),
     ("python callables are not operators",
      [READ, "images = external_source(jpegs)", NORM], None,
      "external_source calls back into Python code, and a pipeline step cannot name code; read the data with a "
@@ -215,13 +273,22 @@ ACCEPTED = [
     "images = jpeg_compression_distortion(images, quality=5.0)",
     "images = flip(images, horizontal=coin_flip(probability=0.5))",
     "images = rotate(images, angle=uniform(range=[-10, 10], seed=3))",
+    # arithmetic on streams, as DALI's expression examples write it
+    "images = fn.cast(images, dtype=types.FLOAT) / 255",
+    "images = images * fn.random.uniform(range=[0.5, 1.5]) + 0.1 - labels.gpu()",
+    "images = (0.4 * images + 0.6 * images) / 2",
+    "images = -images // types.Constant(2).uint16() % 7 ** 2",
+    "images = math.clamp(images * (images > 128) + (fn.random.coin_flip(dtype=types.BOOL) ^ True), 0, 255)",
+    "images = math.max(math.sqrt(math.abs(math.sin(images))), math.pow(images, 0.5)) * (~images | 1 & images)",
+    "images = rotate(images, angle=fn.random.uniform(range=[-10, 10]) * 2 - $size)",
+    "images = images * [0.5, 1, 1.5] + (images >= labels) * (images != 3)",
 ]
 
 
 @pytest.mark.parametrize("step", ACCEPTED)
 def test_dali_accepted_forms_validate(project, capsys, step):
     path = write_experiment(project, [READ, "images = image_decoder(jpegs, output_type=types.RGB)", step,
-                                      "images = images.gpu()"])
+                                      "images = images.gpu()"], params={"size": 8})
     code, out, err = run_cli(["validate", path, "trainer.accelerator=cpu"], capsys)
     assert code == 0, err
     assert "note: DALI has deprecated fn.image_decoder (now fn.decoders.image)" in err

@@ -155,3 +155,60 @@ def test_reader_sharding_is_injected(project, image_dataset):
     assert kwargs["shuffle_after_epoch_seed"] == 9 and kwargs["name"] == "Reader"
     assert graph.reader_name == "Reader"
     assert set(reader.injected) == {"name", "shard_id", "num_shards", "pad_last_batch", "shuffle_after_epoch_seed"}
+
+
+ARITHMETIC = [
+    # (step as written, how runner compile prints it): Python's precedence kept, constants folded
+    "a = (images - labels) - (images - 1)",
+    "a = images - labels - images // 2 % 3",
+    "a = (images ** 2) ** labels + images ** labels ** 2",
+    "a = -(images ** 2) + (-images) ** 2 - -images",
+    "a = (images > labels) == (images < 3)",
+    "a = (images | 1) & (labels ^ True) | ~images << 1",
+    "a = math.clamp(images * (1 - $size), -(2 * $size), 255 / (images + 1))",
+    "a = fn.rotate(images, angle=fn.random.uniform(range=[-10, 10]) * 2 + -labels)",
+]
+
+
+@pytest.mark.parametrize("step", ARITHMETIC)
+def test_arithmetic_prints_as_written(project, capsys, step):
+    """`runner compile` prints each expression so that Python reads it back as the same tree."""
+    import ast
+
+    (project / "experiments" / "a.yaml").write_text(textwrap.dedent(f"""\
+        pipelines:
+          train:
+            params: {{data_root: /d, size: 3}}
+            steps:
+              - jpegs, labels = readers.file(file_root=$data_root)
+              - images = decoders.image(jpegs)
+              - '{step}'
+              - images = resize(a, size=8)
+            outputs: [images, labels]
+        """))
+    code, out, err = run_cli(["compile", "experiments/a.yaml", "trainer.accelerator=cpu"], capsys)
+    assert code == 0, err
+    printed = next(line.strip() for line in out.splitlines() if line.strip().startswith("a = "))
+    written = step.replace("$size", "size")
+    assert ast.dump(ast.parse(printed)) == ast.dump(ast.parse(written)), printed
+
+
+def test_arithmetic_runs_where_its_operands_are(project, capsys):
+    """As DALI places it: on the GPU when any operand is there (DALI copies the CPU ones), else on the CPU."""
+    (project / "experiments" / "g.yaml").write_text(textwrap.dedent("""\
+        pipelines:
+          train:
+            params: {data_root: /d}
+            steps:
+              - jpegs, labels = readers.file(file_root=$data_root)
+              - images = decoders.image(jpegs, device="mixed")
+              - scale = fn.random.uniform(range=[0.5, 1.5]) * 2
+              - images = images * scale - labels
+              - images = crop_mirror_normalize(images, dtype=FLOAT, output_layout="CHW", mean=scale - 1)
+            outputs: [images, labels]
+        """))
+    graph = validate(project / "experiments" / "g.yaml", accelerator="gpu").graphs["train"]
+    devices = [s.node.device for s in graph.steps]
+    assert devices == ["cpu", "mixed", "cpu", "gpu", "gpu"]
+    on_cpu = validate(project / "experiments" / "g.yaml", accelerator="cpu").graphs["train"]
+    assert [s.node.device for s in on_cpu.steps] == ["cpu"] * 5

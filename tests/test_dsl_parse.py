@@ -1,7 +1,7 @@
 """DSL text -> graph: table-driven (source, expected) and (source, error) pairs."""
 import pytest
 
-from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, Name, Param, Seq
+from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, MathCall, Name, Param, Seq, TypedConst, Unary
 from runner.dsl.parse import _StepError, parse_output, parse_step
 
 PARSES = [
@@ -25,6 +25,22 @@ PARSES = [
     ("labels = labels.gpu()", ("labels",), Call(GPU_COPY, (Name("labels"),), ())),
     ("x = resize(y, file='$not_a_param')", ("x",),
      Call("resize", (Name("y"),), (("file", Const("$not_a_param")),))),
+    # arithmetic on streams, as DALI's expression examples write it
+    ("images = images / 255", ("images",), Arith("/", Name("images"), Const(255))),
+    ("out = condition * adjusted + (condition ^ True) * imgs", ("out",),
+     Arith("+", Arith("*", Name("condition"), Name("adjusted")),
+           Arith("*", Arith("^", Name("condition"), Const(True)), Name("imgs")))),
+    ("mask = -images >= $threshold", ("mask",), Arith(">=", Unary("-", Name("images")), Param("threshold"))),
+    ("x = ~m", ("x",), Unary("~", Name("m"))),
+    ("x = math.clamp(images, 0, hi=255)", ("x",), MathCall("clamp", (Name("images"), Const(0)), (("hi", Const(255)),))),
+    ("x = nvidia.dali.math.sqrt(fn.random.uniform(range=[0, 1]))", ("x",),
+     MathCall("sqrt", (Call("random.uniform", (), (("range", Seq((Const(0), Const(1)))),)),))),
+    ("x = Constant(4).uint16() * cats // types.Constant(20, dtype=types.UINT16)", ("x",),
+     Arith("//", Arith("*", TypedConst(Const(4), "UINT16", method="uint16"), Name("cats")),
+           TypedConst(Const(20), "UINT16"))),
+    ("x = rotate(y, angle=fn.random.uniform(range=[-10, 10]) * 2)", ("x",),
+     Call("rotate", (Name("y"),), (("angle", Arith("*", Call("random.uniform", (), (("range", Seq((Const(-10), Const(10)))),)),
+                                                   Const(2))),))),
 ]
 
 
@@ -54,6 +70,13 @@ ERRORS = [
     ("a = resize(x); b = resize(a)", "a step is written"),
     ("if c: images = flip(images)", "Python control flow (if, for, while, or DALI's conditionals"),
     ("images = flip(images) if c else images", "Python control flow"),
+    ("mask = 0 < images < 128", "a chained comparison asks Python for a bool, which a DALI stream is not"),
+    ("mask = images in labels", "DALI compares streams with ==, !=, <, <=, > and >=, not with 'is' or 'in'"),
+    ("mask = a and b", "`and`, `or` and `not` need a Python bool, which a DALI stream is not"),
+    ("x = images @ w", "is not allowed in a pipeline step"),
+    ("x = Constant(4).uint17() * y", "a DALI Constant converts with one of .bool(), .int8(),"),
+    ("x = types.Constant(1, types.UINT8, 3) * y", "types.Constant takes a number and, optionally, dtype"),
+    ("x = y", "the right-hand side must be an operator call or arithmetic on streams"),
 ]
 
 

@@ -228,6 +228,15 @@ def _deprecated_ops(names: set[str], fn_module: Any, ops: dict[str, OpInfo]) -> 
     return out
 
 
+@functools.cache
+def math_functions() -> dict[str, tuple[str, ...]]:
+    """nvidia.dali.math's functions (sqrt, clamp, ...) -> their parameter names, read from the module."""
+    from nvidia.dali import math
+
+    return {name: tuple(inspect.signature(f).parameters) for name, f in sorted(vars(math).items())
+            if inspect.isfunction(f) and not name.startswith("_") and f.__module__ == math.__name__}
+
+
 # `from nvidia.dali.auto_aug import auto_augment` and friends: DALI's docs call the policies through their modules
 AUTO_AUG_ALIASES = {"auto_augment.auto_augment_image_net": "auto_aug.auto_augment_image_net",
                     "auto_augment.auto_augment": "auto_aug.auto_augment",
@@ -239,5 +248,5 @@ def describe_arg_names(op: OpInfo) -> str:
     return list_names([a for a in op.args if not op.args[a].deprecated] + ["device", "name"], limit=30)
 
 
-__all__ = ["ArgInfo", "Catalog", "OpInfo", "GPU_COPY_OP", "load_catalog", "RUNNER_OWNED", "COMMON_ARGS",
+__all__ = ["ArgInfo", "Catalog", "OpInfo", "GPU_COPY_OP", "load_catalog", "math_functions", "RUNNER_OWNED", "COMMON_ARGS",
            "describe_arg_names", "did_you_mean"]

@@ -8,14 +8,24 @@ import operator
 from typing import Any
 
 from runner.dsl import argtypes
-from runner.dsl.catalog import GPU_COPY_OP, RUNNER_OWNED, Catalog, OpInfo, describe_arg_names, load_catalog
-from runner.dsl.checked import Arg, CheckedGraph, CheckedStep, Enum, Lit, OpNode, Stream
-from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
+from runner.dsl.catalog import (GPU_COPY_OP, RUNNER_OWNED, Catalog, OpInfo, describe_arg_names, load_catalog,
+                                math_functions)
+from runner.dsl.checked import Arg, CheckedGraph, CheckedStep, Enum, ExprNode, Lit, OpNode, Stream, Typed
+from runner.dsl.graph import (EXPRESSIONS, GPU_COPY, Arith, Call, Const, Gpu, Graph, MathCall, Name, Param, Seq,
+                              Step, TypedConst, Unary, Value)
 from runner.errors import ConfigError, did_you_mean, list_names
 
 DEVICES = ("cpu", "gpu", "mixed")
 _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-         "//": operator.floordiv, "%": operator.mod, "**": operator.pow}
+         "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "&": operator.and_, "|": operator.or_,
+         "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift, "==": operator.eq, "!=": operator.ne,
+         "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_FOLD_UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert}
+OPERANDS = "streams, operator calls, numbers (True and False too), lists of numbers and types.Constant"
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (bool, int, float))
 
 
 class _Checker:
@@ -49,7 +59,7 @@ class _Checker:
         for step in self.g.steps:
             self.step = step
             self._distinct_targets(step)
-            node = self.op_call(step.call)
+            node = self._rhs(step)
             out_gpu = node.device in ("gpu", "mixed")
             for name in step.targets:
                 self._assign(name, step, out_gpu)
@@ -101,6 +111,89 @@ class _Checker:
                 step = self.g.steps[index - 1]
                 raise self.fail(f"stream '{name}' is never used; use it in a later step, list it in outputs, "
                                 f"or name it _{name} to discard it.", step)
+
+    def _rhs(self, step: Step) -> OpNode | ExprNode:
+        if isinstance(step.call, Call):
+            return self.op_call(step.call)
+        if not self._has_stream(step.call):
+            self.literal(step.call)  # an undefined stream or a bad constant says so first
+            raise self.fail("the right-hand side is a constant; a step computes a stream: an operator call, or "
+                            "arithmetic on a stream such as `images = images / 255`.")
+        if len(step.targets) != 1:
+            raise self.fail(f"arithmetic gives one stream, but {len(step.targets)} names are assigned; write one "
+                            "name on the left.")
+        return self.expression(step.call)
+
+    # -- arithmetic on streams ----------------------------------------------------------------
+    def _has_stream(self, value: Value) -> bool:
+        """Whether `value` computes on a stream (DALI arithmetic) rather than folding to a constant."""
+        if isinstance(value, (Call, Gpu, MathCall)):
+            return True
+        if isinstance(value, Name):
+            return value.id in self.live
+        if isinstance(value, Arith):
+            return self._has_stream(value.left) or self._has_stream(value.right)
+        if isinstance(value, Unary):
+            return self._has_stream(value.operand)
+        return False
+
+    def expression(self, value: Arith | Unary | MathCall) -> ExprNode:
+        if isinstance(value, MathCall):
+            op, operands = f"math.{value.func}", self._math_operands(value)
+        elif isinstance(value, Unary):
+            op, operands = value.op, (value.operand,)
+        else:
+            op, operands = value.op, (value.left, value.right)
+        args = tuple(self._operand(v, op) for v in operands)
+        if not any(isinstance(a, (Stream, OpNode, ExprNode)) for a in args):
+            raise self.fail(f"{op} needs a stream among its operands (the output of an operator); DALI's math "
+                            "functions work on streams, not on numbers alone.")
+        # DALI places arithmetic on the GPU when any operand is there, and copies the CPU operands over
+        return ExprNode(op, args, "gpu" if any(self._on_gpu(a) for a in args) else "cpu")
+
+    def _math_operands(self, value: MathCall) -> tuple[Value, ...]:
+        functions = math_functions()
+        params = functions.get(value.func)
+        if params is None:
+            hint = did_you_mean(f"math.{value.func}", [f"math.{f}" for f in functions])
+            raise self.fail(f"unknown function 'math.{value.func}'.{hint} DALI's "
+                            f"math functions: {', '.join(functions)}.")
+        given = dict(zip(params, value.args))
+        for key, v in value.kwargs:
+            if key not in params or key in given:
+                raise self.fail(f"math.{value.func} takes {', '.join(params)}; got {key}= "
+                                f"{'twice' if key in given else 'as well'}.")
+            given[key] = v
+        if len(value.args) > len(params) or len(given) != len(params):
+            raise self.fail(f"math.{value.func} takes {len(params)} operand(s) ({', '.join(params)}), got "
+                            f"{len(value.args) + len(value.kwargs)}.")
+        return tuple(given[p] for p in params)
+
+    def _operand(self, value: Value, op: str) -> Arg:
+        if isinstance(value, Call):
+            return self.op_call(value)
+        if isinstance(value, Gpu) or (isinstance(value, Name) and value.id in self.live):
+            return self._stream(value)
+        if isinstance(value, EXPRESSIONS) and self._has_stream(value):
+            return self.expression(value)
+        if isinstance(value, TypedConst):
+            return Lit(self._typed(value), value)
+        lit = self.literal(value)
+        if not (_number(lit) or (isinstance(lit, (list, tuple)) and lit and all(_number(x) for x in lit))):
+            shown = f"types.{lit.name}" if isinstance(lit, Enum) else repr(lit)
+            raise self.fail(f"operand {shown} of '{op}' is not a number; arithmetic on streams takes {OPERANDS}.")
+        return Lit(lit, value)
+
+    def _typed(self, value: TypedConst) -> Typed:
+        number = self.literal(value.value)
+        if not _number(number):
+            raise self.fail(f"types.Constant takes a number here; got {number!r} (a list operand is written as the "
+                            "list itself, as in `images * [0.5, 1.0, 1.5]`).")
+        dtypes = argtypes.enum_members()["DALIDataType"]
+        if value.dtype and value.dtype not in dtypes:
+            raise self.fail(f"'{value.dtype}' is not a data type DALI's arithmetic takes; one of: "
+                            f"{', '.join(dtypes)}.{did_you_mean(value.dtype, dtypes)}")
+        return Typed(number, value.dtype)
 
     # -- operators ----------------------------------------------------------------------------
     def op_call(self, call: Call) -> OpNode:
@@ -161,14 +254,17 @@ class _Checker:
     def _on_gpu(self, arg: Arg) -> bool:
         if isinstance(arg, Stream):
             return arg.gpu or self.live[arg.name][1]
-        return isinstance(arg, OpNode) and arg.device in ("gpu", "mixed")
+        return isinstance(arg, (OpNode, ExprNode)) and arg.device in ("gpu", "mixed")
 
     def _describe(self, arg: Arg) -> str:
         if isinstance(arg, Stream):
             if arg.gpu:
                 return f"'{arg.name}.gpu()'"
             step = self.g.steps[self.live[arg.name][0] - 1]
-            return f"stream '{arg.name}' (from step {step.index}, {step.call.op} on the GPU)"
+            what = step.call.op if isinstance(step.call, Call) else "arithmetic"
+            return f"stream '{arg.name}' (from step {step.index}, {what} on the GPU)"
+        if isinstance(arg, ExprNode):
+            return f"the result of '{arg.op}'"
         return f"the output of {arg.op.name}"
 
     def _kwargs(self, call: Call, op: OpInfo) -> tuple[tuple[tuple[str, Arg], ...], tuple[str, ...]]:
@@ -226,6 +322,8 @@ class _Checker:
     def _input(self, value: Value, op: OpInfo) -> Arg:
         if isinstance(value, Call):
             return self.op_call(value)
+        if isinstance(value, EXPRESSIONS) and self._has_stream(value):
+            return self.expression(value)
         if isinstance(value, (Name, Gpu)):
             return self._stream(value)
         raise self.fail(f"inputs of {op.name} are streams or operator calls; constants go in key=value "
@@ -239,6 +337,11 @@ class _Checker:
         return Stream(name, gpu=isinstance(value, Gpu) and self.target == "gpu")
 
     def _arg(self, value: Value, op: OpInfo, info) -> Arg:
+        if isinstance(value, EXPRESSIONS) and self._has_stream(value):
+            if not info.tensor:
+                raise self.fail(f"argument '{info.name}' of {op.name} takes a constant "
+                                f"({argtypes.describe_type(info.type)}), not arithmetic on streams.")
+            return self.expression(value)
         if isinstance(value, Call):
             if not info.tensor:
                 raise self.fail(f"argument '{info.name}' of {op.name} takes a constant "
@@ -303,6 +406,17 @@ class _Checker:
                 return _FOLD[value.op](left, right)
             except ZeroDivisionError:
                 raise self.fail("division by zero.") from None
+            except TypeError:
+                raise self.fail(f"arithmetic '{value.op}' needs integers; got {left!r} and {right!r}.") from None
+        if isinstance(value, Unary):
+            operand = self.literal(value.operand)
+            if not _number(operand) or (value.op == "~" and isinstance(operand, float)):
+                raise self.fail(f"'{value.op}' needs {'an integer' if value.op == '~' else 'a number'}; "
+                                f"got {operand!r}.")
+            return _FOLD_UNARY[value.op](operand)
+        if isinstance(value, TypedConst):
+            raise self.fail("types.Constant is an operand of arithmetic on streams; an argument takes the number "
+                            "itself.")
         if isinstance(value, Name):
             kind = argtypes.enum_kind_of(value.id)
             if kind:
@@ -358,7 +472,7 @@ class _Checker:
         return [*chain, name, chain[0]]
 
 
-def _names_used(call: Call) -> list[str]:
+def _names_used(call: Value) -> list[str]:
     out: list[str] = []
 
     def visit(v: Value) -> None:
@@ -373,6 +487,14 @@ def _names_used(call: Call) -> list[str]:
                 visit(x)
         elif isinstance(v, Seq):
             for x in v.items:
+                visit(x)
+        elif isinstance(v, Arith):
+            visit(v.left)
+            visit(v.right)
+        elif isinstance(v, Unary):
+            visit(v.operand)
+        elif isinstance(v, MathCall):
+            for x in [*v.args, *(x for _, x in v.kwargs)]:
                 visit(x)
     visit(call)
     return out

@@ -39,13 +39,28 @@ class OpNode:
     injected: tuple[str, ...] = ()  # kwargs the runner added
 
 
-Arg = Union[Stream, Enum, Lit, OpNode]
+@dataclass(frozen=True)
+class Typed:
+    """`types.Constant(4).uint16()`: a number DALI's arithmetic treats as `dtype`."""
+    value: Any
+    dtype: str                     # DALIDataType name; "" for the Python type's own (int32, float32, bool)
+
+
+@dataclass(frozen=True)
+class ExprNode:
+    """Arithmetic on streams, built by DALI from Python's operators and nvidia.dali.math."""
+    op: str                        # "+", ">", "^", ... (two operands), "-", "~" (one), "math.clamp"
+    operands: tuple["Arg", ...]    # streams, operator or arithmetic results, Lit constants
+    device: str                    # gpu when any operand is on the GPU (DALI copies the others there), else cpu
+
+
+Arg = Union[Stream, Enum, Lit, OpNode, ExprNode]
 
 
 @dataclass(frozen=True)
 class CheckedStep:
     step: Step
-    node: OpNode
+    node: OpNode | ExprNode
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,22 @@
 seed gives the same random draws as the hand-written pipeline."""
 from __future__ import annotations
 
+import operator
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from runner.dsl import argtypes
 from runner.dsl.catalog import GPU_COPY_OP, load_catalog
-from runner.dsl.checked import Arg, CheckedGraph, Enum, Lit, OpNode, Stream
+from runner.dsl.checked import Arg, CheckedGraph, Enum, ExprNode, Lit, OpNode, Stream, Typed
 from runner.errors import ConfigError
+
+# Python's operators on DALI DataNodes build DALI's arithmetic, exactly as in a hand-written pipeline
+BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+          "%": operator.mod, "**": operator.pow, "&": operator.and_, "|": operator.or_, "^": operator.xor,
+          "<<": operator.lshift, ">>": operator.rshift, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
+          "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +47,10 @@ def python_value(value: Any) -> Any:
     """Lit values with Enum placeholders -> what DALI's Python API takes."""
     if isinstance(value, Enum):
         return argtypes.enum_value(value.kind, value.name)
+    if isinstance(value, Typed):
+        from nvidia.dali import types
+        return types.Constant(value.value, dtype=argtypes.enum_value("DALIDataType", value.dtype) if value.dtype
+                              else None)
     if isinstance(value, (list, tuple)):
         return [python_value(v) for v in value]
     return value
@@ -60,7 +72,18 @@ class _Builder:
             return python_value(arg.value)
         return self.call(arg)
 
-    def call(self, node: OpNode) -> Any:
+    def expression(self, node: ExprNode) -> Any:
+        operands = [self.value(a) for a in node.operands]
+        if node.op.startswith("math."):
+            from nvidia.dali import math
+            return getattr(math, node.op.removeprefix("math."))(*operands)
+        if len(operands) == 1:
+            return UNARY[node.op](operands[0])
+        return BINARY[node.op](*operands)
+
+    def call(self, node: OpNode | ExprNode) -> Any:
+        if isinstance(node, ExprNode):
+            return self.expression(node)
         if node.op is GPU_COPY_OP:
             source = self.value(node.inputs[0])
             return source.gpu() if node.device == "gpu" else source
@@ -80,7 +103,8 @@ class _Builder:
                                   line=step.line, where=step.label()) from None
             outs = list(result) if isinstance(result, (list, tuple)) else [result]
             if len(outs) != len(step.targets):
-                raise ConfigError(f"{checked.node.op.name} returns {len(outs)} stream(s), but {len(step.targets)} "
+                what = checked.node.op.name if isinstance(checked.node, OpNode) else "arithmetic"
+                raise ConfigError(f"{what} returns {len(outs)} stream(s), but {len(step.targets)} "
                                   f"name(s) are assigned; write {len(outs)} names on the left.",
                                   file=self.graph.graph.file, line=step.line, where=step.label())
             self.env.update(zip(step.targets, outs))

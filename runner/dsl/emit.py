@@ -10,12 +10,13 @@ import keyword
 from typing import Any
 
 from runner.dsl.catalog import GPU_COPY_OP
-from runner.dsl.checked import Arg, CheckedGraph, Enum, Lit, OpNode, Stream
+from runner.dsl.checked import Arg, CheckedGraph, Enum, ExprNode, Lit, OpNode, Stream, Typed
 from runner.dsl.compile import PipelineArgs
-from runner.dsl.graph import Arith, Call, Const, Gpu, Name, Param, Seq, Value
+from runner.dsl.graph import (ATOM, PRECEDENCE, Arith, Call, Const, Gpu, Name, Param, Seq, TypedConst, Unary, Value,
+                              needs_parens)
 from runner.errors import display_path
 
-RESERVED = {"fn", "types", "pipeline_def", "PIPELINE_ARGS", "auto_augment", "rand_augment", "trivial_augment"}
+RESERVED = {"fn", "math", "types", "pipeline_def", "PIPELINE_ARGS", "auto_augment", "rand_augment", "trivial_augment"}
 _AUTO_AUG_MODULE = {"auto_aug.rand_augment": "rand_augment", "auto_aug.trivial_augment_wide": "trivial_augment",
                     "auto_aug.auto_augment_image_net": "auto_augment", "auto_aug.auto_augment": "auto_augment"}
 _MAX_LINE = 100
@@ -24,6 +25,8 @@ _MAX_LINE = 100
 def _literal(value: Any) -> str:
     if isinstance(value, Enum):
         return f"types.{value.name}"
+    if isinstance(value, Typed):
+        return f"types.Constant({value.value!r}{f', dtype=types.{value.dtype}' if value.dtype else ''})"
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, (list, tuple)):
@@ -40,6 +43,7 @@ class _Emitter:
         self.params = {name: (name if name not in taken and not keyword.iskeyword(name) else f"param_{name}")
                        for name in graph.graph.params}
         self.used_params: set[str] = set()
+        self.uses_math = False
 
     def source(self, value: Value) -> str:
         if isinstance(value, Const):
@@ -54,6 +58,13 @@ class _Emitter:
             return f"({inner}{',' if len(value.items) == 1 else ''})" if value.tuple_ else f"[{inner}]"
         if isinstance(value, Arith):
             return f"{self._operand(value.left)} {value.op} {self._operand(value.right)}"
+        if isinstance(value, Unary):
+            return f"{value.op}{self._operand(value.operand)}"
+        if isinstance(value, TypedConst):
+            number = self.source(value.value)
+            if value.method:
+                return f"types.Constant({number}).{value.method}()"
+            return f"types.Constant({number}{f', dtype=types.{value.dtype}' if value.dtype else ''})"
         raise TypeError(value)
 
     def _operand(self, value: Value) -> str:
@@ -73,7 +84,31 @@ class _Emitter:
             return _literal(arg.value)
         return self.call(arg)
 
-    def call(self, node: OpNode, written_device: bool = False, indent: int = 4) -> str:
+    def expression(self, node: ExprNode) -> str:
+        """Arithmetic as Python writes it, with the parentheses its precedence needs."""
+        if node.op.startswith("math."):
+            self.uses_math = True
+            return f"{node.op}({', '.join(self.arg(a) for a in node.operands)})"
+        if len(node.operands) == 1:
+            return f"{node.op}{self._wrapped(node.operands[0], 'unary', False)}"
+        left, right = node.operands
+        return f"{self._wrapped(left, node.op, False)} {node.op} {self._wrapped(right, node.op, True)}"
+
+    def _wrapped(self, arg: Arg, parent: str, right: bool) -> str:
+        text = self.arg(arg)
+        return f"({text})" if needs_parens(self._precedence(arg, text), parent, right) else text
+
+    @staticmethod
+    def _precedence(arg: Arg, text: str) -> int:
+        if isinstance(arg, ExprNode) and not arg.op.startswith("math."):
+            return PRECEDENCE["unary"] if len(arg.operands) == 1 else PRECEDENCE[arg.op]
+        if isinstance(arg, Lit) and isinstance(arg.source, Arith):
+            return PRECEDENCE[arg.source.op]
+        return PRECEDENCE["unary"] if text.startswith(("-", "+", "~")) else ATOM
+
+    def call(self, node: OpNode | ExprNode, written_device: bool = False, indent: int = 4) -> str:
+        if isinstance(node, ExprNode):
+            return self.expression(node)
         if node.op is GPU_COPY_OP:
             source = self.arg(node.inputs[0])
             return f"{source}.gpu()" if node.device == "gpu" else source
@@ -98,15 +133,16 @@ class _Emitter:
                 return True
             node = next(s.node for s in reversed(self.graph.steps) if arg.name in s.step.targets)
             return node.device in ("gpu", "mixed")
-        return isinstance(arg, OpNode) and arg.device in ("gpu", "mixed")
+        return isinstance(arg, (OpNode, ExprNode)) and arg.device in ("gpu", "mixed")
 
     def body(self) -> list[str]:
         lines = []
         for checked in self.graph.steps:
             step, node = checked.step, checked.node
-            written = step.call.kwarg("device") is not None
+            written = isinstance(step.call, Call) and step.call.kwarg("device") is not None
             lhs = ", ".join(step.targets)
-            comment = f"  # runner: {', '.join(node.injected)}" if node.injected else ""
+            injected = getattr(node, "injected", ())
+            comment = f"  # runner: {', '.join(injected)}" if injected else ""
             if step.index in self.graph.moved_to_cpu:
                 comment += ("  # " if not comment else "; ") + "moved to the CPU (no GPU)"
             lines.append(f"    {lhs} = {self.call(node, written)}{comment}")
@@ -123,11 +159,11 @@ def emit_source(graph: CheckedGraph, args: PipelineArgs, *, origin: str) -> str:
     func = f"{role}_pipeline"
     signature = [f"{e.params[p]}={_literal(graph.graph.params[p])}" for p in graph.graph.params
                  if p in e.used_params]
-    if any(isinstance(v, Lit) and v.symbol for s in graph.steps for _, v in s.node.kwargs):
+    ops = [n for s in graph.steps for n in [s.node, *_nested(s.node)] if isinstance(n, OpNode)]
+    if any(isinstance(v, Lit) and v.symbol for s in graph.steps if isinstance(s.node, OpNode) for _, v in s.node.kwargs):
         signature += ["shard_id=0", "num_shards=1"]
-    imports = ["from nvidia.dali import fn, pipeline_def, types"]
-    aug = sorted({_AUTO_AUG_MODULE[s.node.op.name] for s in graph.steps if s.node.op.python}
-                 | {_AUTO_AUG_MODULE[n.op.name] for s in graph.steps for n in _nested(s.node) if n.op.python})
+    imports = [f"from nvidia.dali import fn, {'math, ' if e.uses_math else ''}pipeline_def, types"]
+    aug = sorted({_AUTO_AUG_MODULE[n.op.name] for n in ops if n.op.python})
     if aug:
         imports.append(f"from nvidia.dali.auto_aug import {', '.join(aug)}")
     decorator = "@pipeline_def(enable_conditionals=True)" if graph.conditionals else "@pipeline_def"
@@ -161,9 +197,10 @@ def emit_source(graph: CheckedGraph, args: PipelineArgs, *, origin: str) -> str:
     ])
 
 
-def _nested(node: OpNode) -> list[OpNode]:
+def _nested(node: OpNode | ExprNode) -> list[OpNode | ExprNode]:
     out = []
-    for a in [*node.inputs, *(v for _, v in node.kwargs)]:
-        if isinstance(a, OpNode):
+    children = node.operands if isinstance(node, ExprNode) else [*node.inputs, *(v for _, v in node.kwargs)]
+    for a in children:
+        if isinstance(a, (OpNode, ExprNode)):
             out += [a, *_nested(a)]
     return out

@@ -5,7 +5,9 @@ A step reads like the DALI Python it stands for, so lines from DALI's docs paste
     images = decoders.image_random_crop(jpegs, device="mixed", output_type=RGB)
     images = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(probability=0.5), dtype=types.FLOAT)
 
-`$name` is a pipeline parameter; `fn.` and `types.` prefixes are optional.
+`$name` is a pipeline parameter; `fn.` and `types.` prefixes are optional. Arithmetic is Python's, as
+DALI's expression examples write it: `images = images / 255`, `out = condition * adjusted + (condition ^ True)
+* images`, `math.clamp(images, 0, 255)`, `types.Constant(4).uint16() * cats`.
 """
 from __future__ import annotations
 
@@ -13,15 +15,28 @@ import ast
 import re
 
 from runner.config.load import PipelineSource
-from runner.dsl.graph import GPU_COPY, Arith, Call, Const, Gpu, Graph, Name, Param, Seq, Step, Value
+from runner.dsl.graph import (EXPRESSIONS, GPU_COPY, Arith, Call, Const, Gpu, Graph, MathCall, Name, Param,
+                              Seq, Step, TypedConst, Unary, Value)
 from runner.errors import ConfigError
 
 _PARAM_PREFIX = "__param__"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-          ast.Pow: "**"}
+          ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+_UNARY = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}
+# how DALI's examples import nvidia.dali.math: `from nvidia.dali import math`, `import nvidia.dali as dali`
+_MATH_PREFIXES = ("math.", "dali.math.", "nvidia.dali.math.")
+_CONSTANT = ("Constant", "types.Constant", "dali.types.Constant", "nvidia.dali.types.Constant")
+# types.Constant(4).uint16(): ScalarConstant's conversions, by the DALIDataType each gives
+CONSTANT_METHODS = {"bool": "BOOL", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
+                    "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64",
+                    "float16": "FLOAT16", "float32": "FLOAT", "float64": "FLOAT64"}
+_NOT_BOOL = ("`and`, `or` and `not` need a Python bool, which a DALI stream is not; combine conditions with &, | "
+             "and ^ (`condition ^ True` negates one, as DALI's expr_conditional_and_masking example does)")
 SHAPE = "a step is written `outputs = operator(inputs..., key=value...)`, e.g. " \
-        "`images = resize(images, resize_x=$size, resize_y=$size)`"
+        "`images = resize(images, resize_x=$size, resize_y=$size)`, or computes arithmetic on streams, " \
+        "e.g. `images = images / 255`"
 
 
 class _StepError(Exception):
@@ -85,28 +100,33 @@ def _value(node: ast.expr) -> Value:
         return _call(node)
     if isinstance(node, (ast.List, ast.Tuple)):
         return Seq(tuple(_value(e) for e in node.elts), tuple_=isinstance(node, ast.Tuple))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         operand = _value(node.operand)
         if isinstance(operand, Const) and isinstance(operand.value, (int, float)) \
-                and not isinstance(operand.value, bool):
+                and not isinstance(operand.value, bool) and not isinstance(node.op, ast.Invert):
             return Const(-operand.value if isinstance(node.op, ast.USub) else operand.value)
-        return Arith("*", Const(-1 if isinstance(node.op, ast.USub) else 1), operand)
+        return Unary(_UNARY[type(node.op)], operand)
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
         return Arith(_ARITH[type(node.op)], _value(node.left), _value(node.right))
+    if isinstance(node, ast.Compare):
+        return _compare(node)
+    if isinstance(node, ast.BoolOp) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+        raise _StepError(f"'{ast.unparse(node)}': {_NOT_BOOL}")
     raise _StepError(f"'{ast.unparse(node)}' is not allowed in a pipeline step; use literals, "
-                     "stream names, $parameters, arithmetic on numbers and operator calls")
+                     "stream names, $parameters, arithmetic and operator calls")
 
 
-def _call(node: ast.Call) -> Value:
-    func = node.func
-    if isinstance(func, ast.Attribute) and func.attr == "gpu":
-        if node.args or node.keywords or not isinstance(func.value, ast.Name):
-            raise _StepError(f"'{ast.unparse(node)}': .gpu() takes no arguments and applies to a stream name")
-        return Gpu(Name(func.value.id))
-    op = _dotted(func)
-    if op is None:
-        raise _StepError(f"'{ast.unparse(func)}' is not an operator name")
-    op = op.removeprefix("fn.")
+def _compare(node: ast.Compare) -> Arith:
+    if len(node.ops) != 1:
+        raise _StepError(f"'{ast.unparse(node)}': a chained comparison asks Python for a bool, which a DALI stream "
+                         "is not; compare once per expression and combine them with &, as in `(x > 0) & (x < 1)`")
+    if type(node.ops[0]) not in _COMPARE:
+        raise _StepError(f"'{ast.unparse(node)}': DALI compares streams with ==, !=, <, <=, > and >=, "
+                         "not with 'is' or 'in'")
+    return Arith(_COMPARE[type(node.ops[0])], _value(node.left), _value(node.comparators[0]))
+
+
+def _arguments(node: ast.Call) -> tuple[tuple[Value, ...], tuple[tuple[str, Value], ...]]:
     for arg in node.args:
         if isinstance(arg, ast.Starred):
             raise _StepError("*args is not supported; list the inputs")
@@ -115,7 +135,47 @@ def _call(node: ast.Call) -> Value:
         if kw.arg is None:
             raise _StepError("**kwargs is not supported; write each argument as key=value")
         kwargs.append((kw.arg, _value(kw.value)))
-    return Call(op, tuple(_value(a) for a in node.args), tuple(kwargs))
+    return tuple(_value(a) for a in node.args), tuple(kwargs)
+
+
+def _call(node: ast.Call) -> Value:
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "gpu":
+        if node.args or node.keywords or not isinstance(func.value, ast.Name):
+            raise _StepError(f"'{ast.unparse(node)}': .gpu() takes no arguments and applies to a stream name")
+        return Gpu(Name(func.value.id))
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and _dotted(func.value.func) in _CONSTANT:
+        if func.attr not in CONSTANT_METHODS or node.args or node.keywords:
+            raise _StepError(f"'{ast.unparse(node)}': a DALI Constant converts with one of "
+                             f"{', '.join(f'.{m}()' for m in CONSTANT_METHODS)}")
+        return TypedConst(_constant(func.value).value, CONSTANT_METHODS[func.attr], method=func.attr)
+    op = _dotted(func)
+    if op is None:
+        raise _StepError(f"'{ast.unparse(func)}' is not an operator name")
+    if op in _CONSTANT:
+        return _constant(node)
+    if op.startswith(_MATH_PREFIXES):
+        args, kwargs = _arguments(node)
+        return MathCall(op.split("math.", 1)[1], args, kwargs)
+    op = op.removeprefix("fn.")
+    args, kwargs = _arguments(node)
+    return Call(op, args, kwargs)
+
+
+def _constant(node: ast.Call) -> TypedConst:
+    """`types.Constant(value)` or `types.Constant(value, dtype=types.UINT16)`: a number DALI's arithmetic types."""
+    args, kwargs = _arguments(node)
+    given = dict(kwargs)
+    if len(args) == 2 and "dtype" not in given:
+        args, given = args[:1], {**given, "dtype": args[1]}
+    extra = set(given) - {"value", "dtype"}
+    if len(args) + ("value" in given) != 1 or extra or len(args) > 2:
+        raise _StepError(f"'{ast.unparse(node)}': types.Constant takes a number and, optionally, dtype; "
+                         "for a tensor of constants write a list, as in `images * [0.5, 1.0, 1.5]`")
+    dtype = given.get("dtype")
+    if dtype is not None and not isinstance(dtype, Name):
+        raise _StepError(f"'{ast.unparse(node)}': dtype is a DALI data type, as in dtype=types.UINT16")
+    return TypedConst(args[0] if args else given["value"], dtype.id if dtype is not None else "")
 
 
 def parse_step(text: str, index: int = 1, line: int | None = None) -> Step:
@@ -138,9 +198,9 @@ def parse_step(text: str, index: int = 1, line: int | None = None) -> Step:
     names = tuple(t.id for t in elts)
     if any(n.startswith(_PARAM_PREFIX) for n in names):
         raise _StepError("a $parameter cannot be assigned; parameters are set under `params:`")
-    if not isinstance(assign.value, ast.Call):
-        raise _StepError(f"the right-hand side must be an operator call; {SHAPE}")
-    call = _call(assign.value)
+    call = _value(assign.value)
+    if not isinstance(call, (Call, Gpu, *EXPRESSIONS)):
+        raise _StepError(f"the right-hand side must be an operator call or arithmetic on streams; {SHAPE}")
     if isinstance(call, Gpu):  # `labels = labels.gpu()`, as NVIDIA's examples write it
         call = Call(GPU_COPY, (call.stream,), ())
     return Step(index=index, text=text.strip(), line=line, targets=names, call=call)

@@ -4,8 +4,9 @@ Each function is the DSL file of the same name written as direct DALI calls: its
 has them, `device` set to "cpu" where the example says mixed/gpu, `.gpu()` left out, and the reader
 arguments the runner adds (name="Reader", shard_id=0, num_shards=1, pad_last_batch=True).
 """
-from nvidia.dali import fn, pipeline_def, types
+from nvidia.dali import fn, math, pipeline_def, types
 from nvidia.dali.auto_aug import auto_augment, rand_augment, trivial_augment
+from nvidia.dali.types import Constant
 
 SHARD = dict(shard_id=0, num_shards=1, pad_last_batch=True)
 
@@ -221,4 +222,84 @@ def rotate_random(data_dir):
     matrix = fn.transforms.rotation(angle=fn.uniform(range=(-45, 45)), center=[20, 28])
     images = fn.warp_affine(images, matrix=matrix, fill_value=200, inverse_map=False, size=(40, 40),
                             interp_type=types.INTERP_LINEAR)
+    return images, labels
+
+
+@pipeline_def
+def expr_conditional_mux(data_dir):
+    input_buf, labels = fn.readers.file(device="cpu", file_root=data_dir, random_shuffle=True, name="Reader", **SHARD)
+    imgs = fn.decoders.image(input_buf, device="cpu", output_type=types.RGB)
+    imgs_adjusted = fn.brightness_contrast(imgs, brightness=3, contrast=1.5)
+    condition = fn.random.coin_flip(dtype=types.DALIDataType.BOOL)
+    neg_condition = condition ^ True
+    out = condition * imgs_adjusted + neg_condition * imgs
+    return out, labels
+
+
+def _cats_and_dogs(data_dir):
+    cats_jpegs, labels = fn.readers.file(device="cpu", file_root=data_dir, random_shuffle=True, name="Reader", **SHARD)
+    dogs_jpegs, _ = fn.readers.file(device="cpu", file_root=data_dir, random_shuffle=True, seed=3, name="Reader2",
+                                    **SHARD)
+    cats = fn.decoders.image(cats_jpegs, device="cpu", output_type=types.RGB)
+    dogs = fn.decoders.image(dogs_jpegs, device="cpu", output_type=types.RGB)
+    cats = fn.resize(cats, resize_x=40, resize_y=40)
+    dogs = fn.resize(dogs, resize_x=40, resize_y=40)
+    return cats, dogs, labels
+
+
+@pipeline_def
+def expr_blend_float(data_dir):
+    cats, dogs, labels = _cats_and_dogs(data_dir)
+    blend_float = (0.4 * cats + 0.6 * dogs) / 2
+    return fn.cast(blend_float, dtype=types.DALIDataType.UINT8), labels
+
+
+@pipeline_def
+def expr_blend_uint16(data_dir):
+    cats, dogs, labels = _cats_and_dogs(data_dir)
+    blend_uint16 = (Constant(4).uint16() * cats + Constant(6).uint16() * dogs) // Constant(20).uint16()
+    return fn.cast(blend_uint16, dtype=types.DALIDataType.UINT8), labels
+
+
+@pipeline_def
+def expr_constants(data_dir):
+    jpegs, labels = fn.readers.file(file_root=data_dir, random_shuffle=True, name="Reader", **SHARD)
+    l = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)  # noqa: E741 (the example's name)
+    r = fn.random.uniform(range=[1, 5], dtype=types.INT32)
+    add_200 = l + 200
+    mul_075 = l * 0.75
+    sub_15 = Constant(15).float32() - r
+    div_result = add_200 // r
+    scalars = fn.random.uniform(range=[0.0, 10.0])
+    out = mul_075 + div_result - sub_15 + scalars
+    out = fn.cast(-out + 255, dtype=types.UINT8)
+    return out, labels
+
+
+@pipeline_def
+def expr_math_functions(data_dir):
+    jpegs, labels = fn.readers.file(file_root=data_dir, random_shuffle=True, name="Reader", **SHARD)
+    images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+    images = fn.cast(images, dtype=types.FLOAT) / 255
+    gamma = fn.random.uniform(range=[0.5, 1.5])
+    images = math.pow(images, gamma)
+    images = math.sqrt(images) * math.abs(math.cos(gamma)) + math.sin(images) * 0.25
+    images = math.max(math.min(images, 1.0), 0.0)
+    images = math.floor(images * 255 + 0.5) - math.ceil(images * 0.0)
+    mask = images > 128
+    images = math.clamp(images * mask + (images <= 128) * images / 2, 0, 255)
+    images = fn.cast(images, dtype=types.UINT8)
+    return images, labels
+
+
+@pipeline_def
+def expr_argument_inputs(data_dir):
+    jpegs, labels = fn.readers.file(file_root=data_dir, random_shuffle=True, name="Reader", **SHARD)
+    images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+    images = fn.rotate(images, angle=fn.random.uniform(range=[-10, 10]) * 2, fill_value=0)
+    angle = fn.random.uniform(range=(-10.0, 10.0))
+    images = fn.rotate(images, angle=-angle, keep_size=True, fill_value=0)
+    brightness = fn.random.uniform(range=[0.5, 1.5])
+    images = fn.brightness_contrast(images, brightness=brightness * 0.5 + 0.5,
+                                    contrast=2 - fn.random.uniform(range=[0.5, 1.5]))
     return images, labels
