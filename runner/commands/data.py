@@ -146,13 +146,37 @@ def _decoded_line(report: CheckReport) -> str:
 
 
 def run_fingerprint(args) -> int:
+    from runner.data.manifest import find_manifest
     from runner.data.scan import fingerprint
 
-    fp = fingerprint(Path(args.dir))
-    console.out.print(f"{escape(display_path(Path(args.dir)))}: {fp['files']} files in {fp['classes']} classes, "
-                      f"{fp['bytes']} bytes")
-    console.out.print(f"sha256 {fp['sha256']}")
+    folder = Path(args.dir)
+    found = find_manifest(folder)
+    splits = [""]
+    if found:
+        _print_manifest(*found)
+        if found[0] == folder:  # a cache root: its splits, as the runs read them
+            splits = list((found[1].get("summary") or {}).get("splits") or [""])
+    for split in splits:
+        fp = fingerprint(folder / split)
+        console.out.print(f"{escape(display_path(folder / split))}: {fp['files']} files in {fp['classes']} classes, "
+                          f"{fp['bytes']} bytes")
+        console.out.print(f"sha256 {fp['sha256']}")
     return 0
+
+
+def _print_manifest(root: Path, manifest: dict) -> None:
+    from runner.data.manifest import describe
+
+    console.out.print(f"{escape(display_path(root))}: {escape(describe(manifest))}")
+    console.out.print(f"made from {escape(str(manifest.get('source')))}")
+    for split, fp in (manifest.get("source_fingerprint") or {}).items():
+        console.out.print(f"  source {split or '(one split)'}: {fp['files']} files in {fp['classes']} classes, "
+                          f"{fp['bytes']} bytes, sha256 {fp['sha256']}")
+    s = manifest.get("summary")
+    if s and "bytes_out" in s:
+        console.out.print(f"  {s['images']} images ({s['copied']} copied as they are), {len(s['skipped'])} left "
+                          f"out as undecodable; {_mib(s['bytes_out'])} for {_mib(s['bytes_in'])} of source images, "
+                          f"{s['ratio']:.2f}x the disk")
 
 
 def run_cache(args) -> int:
