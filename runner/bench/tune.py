@@ -190,12 +190,14 @@ JPEG_CACHE_EFFECT = ("a 320 px, quality 90 cache took 0.25x the disk of the benc
                      "full-size JPEGs on CPU threads gave 74-86% (docs/benchmarks.md)")
 
 
-def decode_limit(best: Trial, data_root: Path, cache: dict | None = None) -> str | None:
+def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
+                 longer_side: int | None = None) -> str | None:
     """Why the best setting still waits for data, and the compact JPEG cache as the cure; None when it does not.
 
     Waiting: data wait above DATA_WAIT_LIMIT while the GPU is below GPU_BUSY (on a GPU), or a GPU below GPU_BUSY
     while the training thread is idle (below THREAD_IDLE: neither launching work nor fed). `cache`: the manifest
-    of the folder read (runner.data.manifest), if it is one `runner data cache` made.
+    of the folder read (runner.data.manifest), if it is one `runner data cache` made; `longer_side`: the images'
+    median longer side, when known (a cache at 320 px does not shrink images already smaller).
     """
     r = best.result or {}
     wait, gpu, busy = r.get("data_wait_share"), r.get("gpu_util_pct"), r.get("train_thread_busy_pct")
@@ -222,6 +224,10 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None) -> str
         return (f"{head} It reads the decoded cache (.npy): reading its files is the limit; a compact JPEG cache "
                 f"reads about 5x fewer bytes: `{JPEG_CACHE_COMMAND.format(src=cache.get('source', 'SRC'), dst='DST')}`"
                 ", then data.root=DST.")
+    if longer_side is not None and longer_side <= 320:
+        return (f"{head} The images are small already (median longer side {longer_side} px): a compact JPEG cache "
+                "would not shrink them. Give decoding more cores (data.num_threads), or decode on the GPU "
+                "(pipelines.train.params.decode_device=mixed).")
     command = JPEG_CACHE_COMMAND.format(src=data_root, dst=f"{data_root}-jpeg320")
     return (f"{head} Store smaller JPEGs once: `{command}`, then train with data.root={data_root}-jpeg320; "
             f"{JPEG_CACHE_EFFECT}.")

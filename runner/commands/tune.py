@@ -28,6 +28,7 @@ def run(args) -> int:
     from runner.bench.suite import measure
     from runner.bench.tune import (Trial, as_overrides, baseline_settings, decode_limit, default_output, knobs, search,
                                    tuned_yaml)
+    from runner.data.jpeg_cache import median_longer_side
     from runner.data.manifest import find_manifest
     from runner.errors import ConfigError, RunnerError
     from runner.launch import ensure_data
@@ -90,8 +91,9 @@ def run(args) -> int:
     for t in result.trials:
         if t.error:
             console.note(f"trial {t.settings} failed: {t.error}")
-    limit = decode_limit(result.best, data_root(v.config.data), (find_manifest(split_dir(v.config.data, "train"))
-                                                                 or (None, None))[1])
+    train_dir = split_dir(v.config.data, "train")
+    limit = decode_limit(result.best, data_root(v.config.data), (find_manifest(train_dir) or (None, None))[1],
+                         median_longer_side(train_dir))
     if limit:
         console.note(limit)
     machine = gpu_info().get("gpu.model") or "CPU"

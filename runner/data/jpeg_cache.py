@@ -171,6 +171,22 @@ def _manifest(settings: dict, src: Path, splits: list[str], s: JpegCacheSummary)
                         "skipped": [list(issue) for issue in s.skipped], "stale": list(s.stale)}}
 
 
+def median_longer_side(split_dir: Path, sample: int = 64) -> int | None:
+    """The median longer side of up to `sample` images spread over the split (headers only); None if none reads."""
+    try:
+        files = scan_image_folder(split_dir).files
+    except DataError:
+        return None
+    sides = []
+    for path, _ in files[:: max(1, len(files) // sample)][:sample]:
+        try:
+            with Image.open(Path(split_dir) / path) as image:
+                sides.append(max(image.size))
+        except Exception:  # noqa: BLE001 - an unreadable file says nothing about the others
+            continue
+    return sorted(sides)[len(sides) // 2] if sides else None
+
+
 # ---- one image (in a pool worker) ----------------------------------------------------------------
 
 @dataclass(frozen=True)
