@@ -32,7 +32,7 @@ def best(wait: float, gpu: float | None, busy: float | None) -> Trial:
 ])
 def test_a_setting_waiting_for_data_names_the_jpeg_cache(wait, gpu, busy, seen):
     assert decode_limit(best(wait, gpu, busy), DATA) == (
-        f"the best setting still waits for data ({seen}): decoding is the limit, not the model. {CACHE_ADVICE}")
+        f"the best setting still waits for data ({seen}): the input pipeline is the limit, not the model. {CACHE_ADVICE}")
 
 
 @pytest.mark.parametrize("wait, gpu, busy", [
@@ -53,7 +53,7 @@ def test_reading_a_jpeg_cache_already_suggests_a_smaller_one():
     cache = {"source": "/data/imagenet", "settings": {"format": "jpeg", "max_side": 320, "quality": 90}}
     assert decode_limit(best(0.2, 80.0, 50.0), Path("/data/imagenet-jpeg320"), cache) == (
         "the best setting still waits for data (data wait 20.0% of the step time, GPU busy 80%, training thread busy "
-        "50%): decoding is the limit, not the model. It already reads a compact JPEG cache (longer side 320 px, "
+        "50%): the input pipeline is the limit, not the model. It already reads a compact JPEG cache (longer side 320 px, "
         "quality 90); a smaller one decodes faster: `runner data cache /data/imagenet DST --format jpeg --max-side 256 "
         "--quality 90`, then data.root=DST.")
 
@@ -69,8 +69,8 @@ def test_small_images_get_more_threads_not_a_cache(tmp_path):
     side = median_longer_side(tmp_path / "train")
     assert side == 100
     assert decode_limit(best(0.2, None, None), tmp_path, None, side) == (
-        "the best setting still waits for data (data wait 20.0% of the step time): decoding is the limit, not the "
-        "model. The images are small already (median longer side 100 px): a compact JPEG cache would not shrink "
+        "the best setting still waits for data (data wait 20.0% of the step time): the input pipeline is the limit, "
+        "not the model. The images are small already (median longer side 100 px): a compact JPEG cache would not shrink "
         "them. Give decoding more cores (data.num_threads), or decode on the GPU "
         "(pipelines.train.params.decode_device=mixed).")
     assert decode_limit(best(0.2, None, None), DATA, None, 500).endswith(CACHE_ADVICE)
@@ -80,6 +80,6 @@ def test_reading_the_decoded_cache_suggests_the_jpeg_cache():
     cache = {"source": "/data/imagenet", "settings": {"format": 1, "max_side": 256}}
     assert decode_limit(best(0.2, 80.0, 50.0), Path("/data/imagenet-npy"), cache) == (
         "the best setting still waits for data (data wait 20.0% of the step time, GPU busy 80%, training thread busy "
-        "50%): decoding is the limit, not the model. It reads the decoded cache (.npy): reading its files is the "
+        "50%): the input pipeline is the limit, not the model. It reads the decoded cache (.npy): reading its files is the "
         "limit; a compact JPEG cache reads about 5x fewer bytes: `runner data cache /data/imagenet DST --format jpeg "
         "--max-side 320 --quality 90`, then data.root=DST.")

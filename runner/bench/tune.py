@@ -213,7 +213,8 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
         seen.append(f"GPU busy {gpu:.0f}%")
     if busy is not None:
         seen.append(f"training thread busy {busy:.0f}%")
-    head = f"the best setting still waits for data ({', '.join(seen)}): decoding is the limit, not the model."
+    head = (f"the best setting still waits for data ({', '.join(seen)}): the input pipeline is the limit, not the "
+            "model.")
     settings = (cache or {}).get("settings", {})
     if settings.get("format") == "jpeg":
         smaller = max(16, int(settings["max_side"] * 0.8))
