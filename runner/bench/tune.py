@@ -217,10 +217,10 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
             "model.")
     settings = (cache or {}).get("settings", {})
     if settings.get("format") == "jpeg":
-        smaller = max(16, int(settings["max_side"] * 0.8))
+        smaller, source = max(16, int(settings["max_side"] * 0.8)), cache.get("source", "SRC")
         return (f"{head} It already reads a compact JPEG cache (longer side {settings['max_side']} px, quality "
-                f"{settings['quality']}); a smaller one decodes faster: `runner data cache {cache.get('source', 'SRC')} "
-                f"DST --format jpeg --max-side {smaller} --quality {settings['quality']}`, then data.root=DST.")
+                f"{settings['quality']}); a smaller one decodes faster: `runner data cache {source} DST --format jpeg "
+                f"--max-side {smaller} --quality {settings['quality']}`, then data.root=DST.")
     if settings:
         return (f"{head} It reads the decoded cache (.npy): reading its files is the limit; a compact JPEG cache "
                 f"reads about 5x fewer bytes: `{JPEG_CACHE_COMMAND.format(src=cache.get('source', 'SRC'), dst='DST')}`"

@@ -62,7 +62,8 @@ class JpegCacheSummary(CacheSummary):
 def encoder_versions() -> dict[str, str]:
     """The encoder that writes the files: Pillow and its libjpeg(-turbo)."""
     turbo = features.version_feature("libjpeg_turbo")
-    return {"pillow": Image.__version__, "libjpeg": f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"}
+    libjpeg = f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"
+    return {"pillow": Image.__version__, "libjpeg": libjpeg}
 
 
 def jpeg_settings(max_side: int, quality: int, filter: str = DEFAULT_FILTER,
