@@ -106,6 +106,7 @@ def run_torchrun(args: list[str], processes: int) -> int:
 def run_params(v, world: int) -> dict[str, str]:
     """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
     from runner import runinfo
+    from runner.data import manifest
     from runner.data.scan import fingerprint
     from runner.tracking import flatten
 
@@ -116,6 +117,7 @@ def run_params(v, world: int) -> dict[str, str]:
             if folder.is_dir():
                 fp = fingerprint(folder, reader_suffixes(v, role))
                 extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
+                extra.update(manifest.run_params(role, folder))  # a cache says what it was made from, and how
     return {**flatten(v.loaded.resolved), **flatten(extra)}
 
 

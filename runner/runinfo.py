@@ -89,8 +89,19 @@ def run_tags(v, world: int) -> dict[str, str]:
     tags.update(git_state())
     tags.update(versions())
     tags.update(gpu_info())
+    tags.update(_cache_tags(v))
     return {f"runner.{k}" if not k.startswith(("git.", "gpu.", "version.", "env.")) else k: val
             for k, val in tags.items()}
+
+
+def _cache_tags(v) -> dict[str, str]:
+    """`data.ROLE_cache`: what `runner data cache` made of the data a role reads, when it reads a cache."""
+    from runner.data import manifest
+    from runner.plan import split_dir
+
+    if v.config.data.loader == "synthetic":
+        return {}
+    return manifest.run_tags({role: split_dir(v.config.data, role) for role in ("train", "eval")})
 
 
 def seeds(cfg, world: int) -> dict[str, Any]:

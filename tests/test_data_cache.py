@@ -228,3 +228,223 @@ def test_check_and_fingerprint_read_a_cache_as_its_pipeline_does(src, tmp_path, 
     assert "not a readable .npy array: EOF: reading array header" in out
     assert "12 of 14 files decode (NPY 12)." in out
     assert read_skip_list(train / DEFAULT_SKIP_LIST) == {"c0/float.npy", "c1/cut.npy"}
+
+
+# ---- the compact JPEG cache (`runner data cache --format jpeg`) ----------------------------------
+
+def jpeg_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def test_jpeg_cache_is_an_image_folder_of_smaller_jpegs_with_a_manifest(src, tmp_path):
+    from runner.data.jpeg_cache import build_jpeg_cache
+    from runner.data.scan import fingerprint
+
+    good = (src / "train" / "c1" / "000.jpg").read_bytes()
+    (src / "train" / "c1" / "900.jpg").write_bytes(good[: len(good) // 2])   # truncated
+    (src / "val" / "c2" / "901.jpg").write_text("not an image at all")
+    source_fp = {split: fingerprint(src / split) for split in ("train", "val")}  # bad files are read too
+    dst = tmp_path / "jpeg"
+    s = build_jpeg_cache(src, dst, max_side=MAX_SIDE, quality=80, workers=2)
+
+    assert jpeg_files(dst) == sorted(str(p.relative_to(src)) for p in src.rglob("*.jpg")
+                                     if p.name not in ("900.jpg", "901.jpg"))
+    assert {issue.path: issue.reason for issue in s.skipped} == {
+        p: _decode(str(src / p))[0] for p in ("train/c1/900.jpg", "val/c2/901.jpg")}
+    assert read_skip_list(dst / DEFAULT_SKIP_LIST) == {"train/c1/900.jpg", "val/c2/901.jpg"}
+    copied = 0
+    for name in jpeg_files(dst):
+        with Image.open(src / name) as original, Image.open(dst / name) as cached:
+            (w, h), (cw, ch) = original.size, cached.size
+            assert cached.format == "JPEG" and cached.mode == "RGB"
+        assert max(cw, ch) == min(MAX_SIDE, max(w, h))
+        scale = max(cw, ch) / max(w, h)
+        assert abs(min(cw, ch) - min(w, h) * scale) <= 1  # the aspect ratio kept: the shorter side within 1 px
+        if max(w, h) <= MAX_SIDE:  # an RGB JPEG within the limit: the same bytes
+            assert (dst / name).read_bytes() == (src / name).read_bytes()
+            copied += 1
+    assert (s.images, s.written, s.copied, s.splits) == (18, 18, copied, {"train": 12, "val": 6}) and copied == 9
+    marker = read_cache_marker(dst)
+    assert marker["complete"] and {k: marker["settings"][k] for k in ("format", "max_side", "quality", "filter",
+                                                                       "subsampling", "small_jpegs")} == {
+        "format": "jpeg", "max_side": MAX_SIDE, "quality": 80, "filter": "lanczos", "subsampling": "4:2:0",
+        "small_jpegs": "copied"}
+    assert marker["settings"]["pillow"] == Image.__version__ and marker["settings"]["libjpeg"].startswith("libjpeg")
+    assert marker["source_fingerprint"] == source_fp
+    summary = marker["summary"]
+    assert (summary["images"], summary["copied"], len(summary["skipped"])) == (18, 9, 2)
+    assert summary["bytes_out"] == sum((dst / n).stat().st_size for n in jpeg_files(dst)) == s.cache_bytes
+    assert summary["bytes_in"] == sum((src / n).stat().st_size for n in jpeg_files(dst)) == s.jpeg_bytes
+
+
+def test_jpeg_cache_writes_rgb_jpegs_upright_for_greyscale_cmyk_png_and_rotated_sources(tmp_path):
+    from nvidia.dali import fn, pipeline_def, types
+
+    from runner.data.jpeg_cache import build_jpeg_cache
+
+    folder = tmp_path / "src" / "a"
+    folder.mkdir(parents=True)
+    Image.new("L", (40, 30), 128).save(folder / "grey.jpg")
+    Image.new("CMYK", (40, 30), (0, 200, 200, 0)).save(folder / "cmyk.jpg")
+    Image.new("RGBA", (40, 30), (200, 10, 10, 255)).save(folder / "p.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees: stored 60 x 20, shown 20 x 60
+    Image.new("RGB", (60, 20), (10, 20, 30)).save(folder / "r.jpg", exif=exif)
+    Image.new("RGB", (30, 20), (10, 20, 30)).save(folder / "small.jpg", exif=exif)  # within the side, yet rotated
+    s = build_jpeg_cache(tmp_path / "src", tmp_path / "jpeg", max_side=30, quality=90, workers=1)
+    assert (s.images, s.copied) == (5, 0)
+    assert jpeg_files(tmp_path / "jpeg") == ["a/cmyk.jpg", "a/grey.jpg", "a/p.png.jpg", "a/r.jpg", "a/small.jpg"]
+
+    @pipeline_def(batch_size=5, num_threads=1, device_id=None)
+    def decode(root):
+        jpegs, _ = fn.readers.file(file_root=str(root))
+        return fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+
+    def decoded(root):
+        pipe = decode(root)
+        return [np.asarray(t) for t in pipe.run()[0]]
+
+    originals, cached = decoded(tmp_path / "src"), decoded(tmp_path / "jpeg")
+    for o, c in zip(originals, cached):  # DALI applies EXIF orientation to the source; the cache holds it applied
+        assert (o.shape[0] > o.shape[1]) == (c.shape[0] > c.shape[1]) and c.shape[2] == 3
+        np.testing.assert_allclose(c.reshape(-1, 3).mean(0), o.reshape(-1, 3).mean(0), atol=6)
+    for name in ("grey.jpg", "cmyk.jpg", "p.png.jpg", "r.jpg"):
+        with Image.open(tmp_path / "jpeg" / "a" / name) as image:
+            assert (image.format, image.mode, dict(image.getexif())) == ("JPEG", "RGB", {})
+    assert [c.shape[:2] for c in cached] == [(22, 30), (22, 30), (22, 30), (30, 10), (30, 20)]
+
+
+def test_an_interrupted_jpeg_build_continues_where_it_stopped(src, tmp_path):
+    from runner.data.jpeg_cache import build_jpeg_cache
+
+    dst = tmp_path / "jpeg"
+
+    def stop_after_6(done: int, total: int) -> None:
+        if done == 6:
+            raise KeyboardInterrupt  # as Ctrl-C in the parent: the pool is terminated
+
+    with pytest.raises(KeyboardInterrupt):
+        build_jpeg_cache(src, dst, max_side=MAX_SIDE, quality=90, workers=1, progress=stop_after_6)
+    assert not read_cache_marker(dst)["complete"]
+    done = {p: p.stat().st_mtime_ns for p in dst.rglob("*.jpg")}
+    assert len(done) >= 6
+
+    s = build_jpeg_cache(src, dst, max_side=MAX_SIDE, quality=90, workers=2)
+    assert (s.kept, s.written, s.images) == (len(done), 18 - len(done), 18)
+    assert all(p.stat().st_mtime_ns == t for p, t in done.items())
+    files = sorted(dst.rglob("*.jpg"))
+    big = next(p for p in files[1:] if max(Image.open(p).size) == MAX_SIDE)
+    files[0].unlink()
+    big.write_bytes(big.read_bytes()[:-10])  # cut short, as by a full disk
+    s = build_jpeg_cache(src, dst, max_side=MAX_SIDE, quality=90, workers=2)
+    assert (s.kept, s.written) == (16, 2) and read_cache_marker(dst)["complete"]
+    with Image.open(big) as image:
+        image.load()
+
+
+def test_a_jpeg_cache_with_other_settings_is_refused(src, tmp_path, monkeypatch):
+    from runner.data.jpeg_cache import build_jpeg_cache
+
+    monkeypatch.chdir(tmp_path)
+    build_jpeg_cache(src, Path("jpeg"), max_side=MAX_SIDE, quality=90, workers=1)
+    with pytest.raises(DataError) as e:
+        build_jpeg_cache(src, Path("jpeg"), max_side=MAX_SIDE, quality=75, workers=1)
+    assert str(e.value) == (
+        "jpeg: holds a cache made with other settings: quality 90 (wanted 75). runner does not overwrite or "
+        "delete it: choose another folder for these settings, or remove this one yourself.")
+    with pytest.raises(DataError, match=r"^jpeg: holds a cache made with other settings: format jpeg \(wanted 1\)\. "
+                                        r"runner does not overwrite"):
+        build_cache(src, Path("jpeg"), max_side=MAX_SIDE, workers=1)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--quality", "0"], "--quality: 0 is not a JPEG quality: give 1-100 (90 is the measured default; above 95 "
+                         "Pillow's files grow fast for little fidelity)."),
+    (["--quality", "101"], "--quality: 101 is not a JPEG quality: give 1-100 (90 is the measured default; above 95 "
+                           "Pillow's files grow fast for little fidelity)."),
+    (["--max-side", "8"], "--max-side: 8 is too small: the longer side of a cached image is at least 16 px (FFCV's "
+                          "ImageNet caches use 256-512; 320 fed a compiled ResNet-50 at 99% of its ceiling)."),
+])
+def test_bad_jpeg_settings_exit_2_with_one_paragraph(src, tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["data", "cache", "src", "jpeg", "--format", "jpeg", *args], capsys)
+    assert (code, out, err) == (2, "", f"error: {message}\n")
+    assert not (tmp_path / "jpeg").exists()
+
+
+def test_quality_is_refused_for_the_raw_cache(src, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["data", "cache", "src", "raw", "--quality", "90"], capsys)
+    assert (code, out, err) == (2, "", "error: --quality: applies to --format jpeg; the raw cache stores decoded "
+                                       "pixels, without loss.\n")
+
+
+def test_jpeg_cache_cli_and_fingerprint_show_the_manifest(src, tmp_path, capsys, monkeypatch):
+    from runner.data.scan import fingerprint
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["data", "cache", "src", "jpeg", "--format", "jpeg", "--max-side", MAX_SIDE,
+                              "--quality", 85, "--workers", 2], capsys)
+    assert code == 0 and err == "" and "encoding: 18/18" in out
+    s = read_cache_marker(tmp_path / "jpeg")["summary"]
+    assert out.strip().splitlines()[-1] == (
+        f"cached 18 images (train 12, val 6), 3 classes into jpeg as JPEG (longer side <= 48 px, quality 85, 9 small "
+        f"JPEGs copied as they are): {s['bytes_out'] / 1024:.0f} KiB for {s['bytes_in'] / 1024:.0f} KiB of source "
+        f"images, {s['ratio']:.2f}x the disk; 18 written, in {s['seconds']:.1f} s")
+    code, out, err = run_cli(["data", "fingerprint", "jpeg"], capsys)
+    lines = out.splitlines()
+    settings = read_cache_marker(tmp_path / "jpeg")["settings"]
+    assert code == 0 and lines[0] == (
+        f"jpeg: JPEG cache, longer side <= 48 px, quality 85 (lanczos filter, 4:2:0 chroma, small JPEGs copied; "
+        f"Pillow {settings['pillow']}, {settings['libjpeg']})")
+    train = fingerprint(src / "train")
+    assert f"  source train: 12 files in 3 classes, {train['bytes']} bytes, sha256 {train['sha256']}" in lines
+    assert f"sha256 {fingerprint(tmp_path / 'jpeg' / 'val')['sha256']}" in lines
+    code, out, _ = run_cli(["data", "fingerprint", "jpeg/train"], capsys)
+    assert out.splitlines()[0] == lines[0] and "jpeg/train: 12 files in 3 classes," in out
+
+
+def test_a_run_on_a_jpeg_cache_records_its_settings_and_source(src, tmp_path):
+    from runner.data import manifest
+    from runner.data.jpeg_cache import build_jpeg_cache
+    from runner.data.scan import fingerprint
+
+    build_jpeg_cache(src, tmp_path / "jpeg", max_side=MAX_SIDE, quality=90, workers=1)
+    params = manifest.run_params("train", tmp_path / "jpeg" / "train")
+    source = fingerprint(src / "train")
+    assert {k: params[f"data.cache.train.{k}"] for k in ("format", "max_side", "quality", "complete")} == {
+        "format": "jpeg", "max_side": "48", "quality": "90", "complete": "True"}
+    assert params["data.cache.train.source_fingerprint.sha256"] == source["sha256"]
+    assert manifest.run_tags({"eval": tmp_path / "jpeg" / "val"})["data.eval_cache"].startswith(
+        "JPEG cache, longer side <= 48 px, quality 90 (lanczos filter, 4:2:0 chroma")
+    assert manifest.run_params("train", src / "train") == {}
+
+
+def test_the_shipped_jpeg_pipelines_read_the_jpeg_cache_with_the_class_labels(src, tmp_path, project):
+    from runner.data.jpeg_cache import build_jpeg_cache
+    from runner.dist import Dist
+    from runner.loaders import create_loader
+    from runner.validate import validate
+
+    build_jpeg_cache(src, tmp_path / "jpeg", max_side=MAX_SIDE, quality=90, workers=2)
+    mean, std = np.array([0.485, 0.456, 0.406]) * 255, np.array([0.229, 0.224, 0.225]) * 255
+    for train_pipeline in ("imagenet_train", "imagenet_train_fused"):
+        (project / "experiments" / "jpeg.yaml").write_text(f"""
+name: jpeg
+model: {{name: resnet18, num_classes: 3}}
+data: {{loader: dali, root: {tmp_path / "jpeg"}, batch_size: 4, num_threads: 1}}
+pipelines:
+  train: {{use: {train_pipeline}, params: {{size: 32}}}}
+  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
+""")
+        v = validate(project / "experiments" / "jpeg.yaml", accelerator="cpu")
+        for role, samples in (("train", 12), ("eval", 6)):
+            loader = create_loader(v, role, Dist())
+            seen = []
+            for images, labels in loader.epoch():
+                assert images.dtype.is_floating_point and tuple(images.shape[1:]) == (3, 32, 32)
+                colours = images.numpy().mean(axis=(2, 3)) * std + mean   # back to 0-255 RGB
+                np.testing.assert_array_equal(colours.argmax(1), labels.numpy())  # class k is colour k
+                seen += labels.tolist()
+            assert sorted(seen) == [k for k in range(3) for _ in range(samples // 3)]
+            loader.close()

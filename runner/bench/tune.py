@@ -188,3 +188,61 @@ def written_by_tune(path: Path) -> bool:
             return f.readline().startswith(TUNED_MARK)
     except (OSError, UnicodeDecodeError):
         return False
+
+
+# ---- is decode the limit? ------------------------------------------------------------------------
+
+# A batch that is late by more than this share of the step time is a data limit (the reasoning, with the runs
+# it rests on, is in docs/benchmarks.md, "The compact JPEG cache"): GPU-bound runs wait 0-4%, CPU-decode-bound
+# ones 10-30%.
+DATA_WAIT_LIMIT = 0.05
+GPU_BUSY = 95.0        # % GPU util at which the GPU is the limit, however long the training thread waits
+THREAD_IDLE = 80.0     # % busy below which the training thread is idle, not launching the step
+JPEG_CACHE_COMMAND = "runner data cache {src} {dst} --format jpeg --max-side 320 --quality 90"
+JPEG_CACHE_EFFECT = ("a 320 px, quality 90 cache took 0.25x the disk of the benchmark set and fed the compiled "
+                     "ResNet-50 at 99.2% of its ceiling on an H200 with DALI CPU decode alone, where decoding the "
+                     "full-size JPEGs on CPU threads gave 74-86% (docs/benchmarks.md)")
+
+
+def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
+                 longer_side: int | None = None) -> str | None:
+    """Why the best setting still waits for data, and the compact JPEG cache as the cure; None when it does not.
+
+    Waiting: data wait above DATA_WAIT_LIMIT while the GPU is below GPU_BUSY (on a GPU), or a GPU below GPU_BUSY
+    while the training thread is idle (below THREAD_IDLE: neither launching work nor fed). `cache`: the manifest
+    of the folder read (runner.data.manifest), if it is one `runner data cache` made; `longer_side`: the images'
+    median longer side, when known (a cache at 320 px does not shrink images already smaller).
+    """
+    r = best.result or {}
+    wait, gpu, busy = r.get("data_wait_share"), r.get("gpu_util_pct"), r.get("train_thread_busy_pct")
+    if wait is None:
+        return None
+    gpu_short = gpu is not None and gpu < GPU_BUSY
+    waits = wait > DATA_WAIT_LIMIT and (gpu is None or gpu_short)
+    idle = gpu_short and busy is not None and busy < THREAD_IDLE
+    if not (waits or idle):
+        return None
+    seen = [f"data wait {100 * wait:.1f}% of the step time"]
+    if gpu is not None:
+        seen.append(f"GPU busy {gpu:.0f}%")
+    if busy is not None:
+        seen.append(f"training thread busy {busy:.0f}%")
+    head = (f"the best setting still waits for data ({', '.join(seen)}): the input pipeline is the limit, not the "
+            "model.")
+    settings = (cache or {}).get("settings", {})
+    if settings.get("format") == "jpeg":
+        smaller, source = max(16, int(settings["max_side"] * 0.8)), cache.get("source", "SRC")
+        return (f"{head} It already reads a compact JPEG cache (longer side {settings['max_side']} px, quality "
+                f"{settings['quality']}); a smaller one decodes faster: `runner data cache {source} DST --format jpeg "
+                f"--max-side {smaller} --quality {settings['quality']}`, then data.root=DST.")
+    if settings:
+        return (f"{head} It reads the decoded cache (.npy): reading its files is the limit; a compact JPEG cache "
+                f"reads about 5x fewer bytes: `{JPEG_CACHE_COMMAND.format(src=cache.get('source', 'SRC'), dst='DST')}`"
+                ", then data.root=DST.")
+    if longer_side is not None and longer_side <= 320:
+        return (f"{head} The images are small already (median longer side {longer_side} px): a compact JPEG cache "
+                "would not shrink them. Give decoding more cores (data.num_threads), or decode on the GPU "
+                "(pipelines.train.params.decode_device=mixed).")
+    command = JPEG_CACHE_COMMAND.format(src=data_root, dst=f"{data_root}-jpeg320")
+    return (f"{head} Store smaller JPEGs once: `{command}`, then train with data.root={data_root}-jpeg320; "
+            f"{JPEG_CACHE_EFFECT}.")

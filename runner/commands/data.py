@@ -57,11 +57,16 @@ def register(sub) -> None:
     f.add_argument("dir", metavar="DIR", help="an ImageFolder: DIR/<class>/<image>")
     f.set_defaults(handler=run_fingerprint)
 
-    k = actions.add_parser("cache", help="decode every image once into uint8 .npy arrays (a pre-decoded cache)")
+    k = actions.add_parser("cache", help="decode every image once into uint8 .npy arrays (a pre-decoded cache), "
+                                         "or re-encode it as a smaller JPEG (--format jpeg)")
     k.add_argument("src", metavar="SRC", help="an ImageFolder (SRC/<class>/<image>) or a folder of splits (SRC/train, ...)")
     k.add_argument("dst", metavar="DST", help="cache folder to create or resume; mirrors SRC's folders")
-    k.add_argument("--max-side", type=_positive, default=256, metavar="PX",
-                   help="shrink so that the longer side is at most PX, never enlarge (default: %(default)s)")
+    k.add_argument("--format", choices=("raw", "jpeg"), default="raw",
+                   help="raw: decoded .npy arrays, read by pipelines/imagenet_*_cache.yaml; jpeg: an ImageFolder of "
+                        "smaller JPEGs, read by the JPEG pipelines as they are (default: %(default)s)")
+    k.add_argument("--max-side", type=_whole, metavar="PX",
+                   help="shrink so that the longer side is at most PX, never enlarge (default: 256 raw, 320 jpeg)")
+    k.add_argument("--quality", type=_whole, metavar="Q", help="JPEG quality of --format jpeg, 1-100 (default: 90)")
     k.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
     k.set_defaults(handler=run_cache)
 
@@ -74,6 +79,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
 
 
 def run_synth(args) -> int:
@@ -134,21 +146,73 @@ def _decoded_line(report: CheckReport) -> str:
 
 
 def run_fingerprint(args) -> int:
+    from runner.data.manifest import find_manifest
     from runner.data.scan import fingerprint
 
-    fp = fingerprint(Path(args.dir))
-    console.out.print(f"{escape(display_path(Path(args.dir)))}: {fp['files']} files in {fp['classes']} classes, "
-                      f"{fp['bytes']} bytes")
-    console.out.print(f"sha256 {fp['sha256']}")
+    folder = Path(args.dir)
+    found = find_manifest(folder)
+    splits = [""]
+    if found:
+        _print_manifest(*found)
+        if found[0] == folder:  # a cache root: its splits, as the runs read them
+            splits = list((found[1].get("summary") or {}).get("splits") or [""])
+    for split in splits:
+        fp = fingerprint(folder / split)
+        console.out.print(f"{escape(display_path(folder / split))}: {fp['files']} files in {fp['classes']} classes, "
+                          f"{fp['bytes']} bytes")
+        console.out.print(f"sha256 {fp['sha256']}")
     return 0
+
+
+def _print_manifest(root: Path, manifest: dict) -> None:
+    from runner.data.manifest import describe
+
+    console.out.print(f"{escape(display_path(root))}: {escape(describe(manifest))}")
+    console.out.print(f"made from {escape(str(manifest.get('source')))}")
+    for split, fp in (manifest.get("source_fingerprint") or {}).items():
+        console.out.print(f"  source {split or '(one split)'}: {fp['files']} files in {fp['classes']} classes, "
+                          f"{fp['bytes']} bytes, sha256 {fp['sha256']}")
+    s = manifest.get("summary")
+    if s and "bytes_out" in s:
+        console.out.print(f"  {s['images']} images ({s['copied']} copied as they are), {len(s['skipped'])} left "
+                          f"out as undecodable; {_mib(s['bytes_out'])} for {_mib(s['bytes_in'])} of source images, "
+                          f"{s['ratio']:.2f}x the disk")
 
 
 def run_cache(args) -> int:
     from runner.data.cache import build_cache
 
+    if args.format == "jpeg":
+        return run_jpeg_cache(args)
+    if args.quality is not None:
+        raise DataError("applies to --format jpeg; the raw cache stores decoded pixels, without loss.",
+                        where="--quality")
+    max_side = 256 if args.max_side is None else args.max_side
+    if max_side < 1:
+        raise DataError(f"{max_side}: the longer side of a cached image is at least 1 px.", where="--max-side")
     with progress_bar("caching") as progress:
-        s = build_cache(Path(args.src), Path(args.dst), max_side=args.max_side, workers=args.workers,
-                        progress=progress)
+        s = build_cache(Path(args.src), Path(args.dst), max_side=max_side, workers=args.workers, progress=progress)
+    _cache_notes(s)
+    console.out.print(_cache_line(s))
+    return 0
+
+
+def run_jpeg_cache(args) -> int:
+    from runner.data.jpeg_cache import build_jpeg_cache, jpeg_settings
+
+    max_side = 320 if args.max_side is None else args.max_side
+    quality = 90 if args.quality is None else args.quality
+    jpeg_settings(max_side, quality)  # a bad value stops before the progress bar
+    with progress_bar("encoding") as progress:
+        s = build_jpeg_cache(Path(args.src), Path(args.dst), max_side=max_side, quality=quality,
+                             workers=args.workers, progress=progress)
+    _cache_notes(s)
+    console.out.print(_cache_line(s, f"as JPEG (longer side <= {s.max_side} px, quality {s.quality}, {s.copied} "
+                                     "small JPEGs copied as they are)"))
+    return 0
+
+
+def _cache_notes(s: CacheSummary) -> None:
     if s.skipped:
         console.out.print(_issues_table(f"{len(s.skipped)} file(s) that do not decode, left out", s.skipped))
         console.out.print(f"skip list: {escape(display_path(s.skip_list))} ({len(s.skipped)} file(s))")
@@ -156,15 +220,14 @@ def run_cache(args) -> int:
         shown = ", ".join(s.stale[:3]) + (f" and {len(s.stale) - 3} more" if len(s.stale) > 3 else "")
         console.note(f"{len(s.stale)} entries in {display_path(s.root)} have no source image and would be read as "
                      f"data: {shown}. Remove them, or build the cache into a new folder.")
-    console.out.print(_cache_line(s))
-    return 0
 
 
-def _cache_line(s: CacheSummary) -> str:
+def _cache_line(s: CacheSummary, how: str | None = None) -> str:
     splits = ", ".join(f"{name} {n}" for name, n in s.splits.items() if name)
     what = f"{s.images} images" + (f" ({splits})" if splits else "") + f", {s.classes} classes"
     done = f"{s.written} written, {s.kept} already there" if s.kept else f"{s.written} written"
-    return (f"cached {what} into {escape(display_path(s.root))} (longer side <= {s.max_side} px): "
+    how = how or f"(longer side <= {s.max_side} px)"
+    return (f"cached {what} into {escape(display_path(s.root))} {how}: "
             f"{_mib(s.cache_bytes)} for {_mib(s.jpeg_bytes)} of source images, {s.ratio:.2f}x the disk; "
             f"{done}, in {s.seconds:.1f} s")
 

@@ -30,9 +30,12 @@ def run(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from runner.bench.suite import measure
-    from runner.bench.tune import Trial, as_overrides, baseline_settings, default_output, knobs, search
+    from runner.bench.tune import Trial, as_overrides, baseline_settings, decode_limit, default_output, knobs, search
+    from runner.data.jpeg_cache import median_longer_side
+    from runner.data.manifest import find_manifest
     from runner.errors import ConfigError, RunnerError
     from runner.launch import ensure_data
+    from runner.plan import data_root, split_dir
     from runner.telemetry import gpu_info
     from runner.validate import validate
 
@@ -92,6 +95,11 @@ def run(args) -> int:
     for t in result.trials:
         if t.error:
             console.note(f"trial {t.settings} failed: {t.error}")
+    train_dir = split_dir(v.config.data, "train")
+    limit = decode_limit(result.best, data_root(v.config.data), (find_manifest(train_dir) or (None, None))[1],
+                         median_longer_side(train_dir))
+    if limit:
+        console.note(limit)
     machine = gpu_info().get("gpu.model") or "CPU"
     means = " (means of two runs each)" if result.best.repeats else ""
     measured = (f"{machine}, {time.strftime('%Y-%m-%d')}: {result.best.images_per_s:,.0f} img/s training, "

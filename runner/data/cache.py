@@ -222,9 +222,11 @@ def _summarise(src: Path, dst: Path, max_side: int, splits: list[str], classes: 
                         seconds=round(seconds, 3), skipped=tuple(skipped), stale=_stale(dst, splits, cached, names))
 
 
-def _stale(dst: Path, splits: list[str], cached: set[str], names: list[str]) -> tuple[str, ...]:
+def _stale(dst: Path, splits: list[str], cached: set[str], names: list[str],
+           suffixes: tuple[str, ...] | None = (SUFFIX,)) -> tuple[str, ...]:
     """Entries of DST the reader would read that no source image backs (removed or now broken sources,
-    extra class folders); also removes temporary files left by killed builds on this host."""
+    extra class folders); also removes temporary files left by killed builds on this host. `suffixes`:
+    the cache's file endings (None: the reader's default filters, for a cache of images)."""
     classes = {name.rsplit("/", 1)[0] for name in names}
     stale = []
     for split in splits:
@@ -234,7 +236,7 @@ def _stale(dst: Path, splits: list[str], cached: set[str], names: list[str]) -> 
             if entry.is_dir() and rel not in classes and not _empty(entry.path):
                 stale.append(rel + "/")
             elif entry.is_dir():
-                stale += _stale_files(Path(entry.path), rel, cached)
+                stale += _stale_files(Path(entry.path), rel, cached, suffixes)
     return tuple(stale)
 
 
@@ -245,14 +247,15 @@ def _empty(folder: str) -> bool:
 _TEMP = re.compile(rf"\.(.+)\.tmp-{re.escape(socket.gethostname())}-(\d+)")
 
 
-def _stale_files(folder: Path, rel: str, cached: set[str]) -> list[str]:
+def _stale_files(folder: Path, rel: str, cached: set[str], suffixes: tuple[str, ...] | None) -> list[str]:
     stale = []
     for entry in os.scandir(folder):
         name = entry.name if READER_CASE_SENSITIVE else entry.name.lower()
         temp = _TEMP.fullmatch(entry.name)
         if temp and not process_alive(int(temp.group(2))):
             Path(entry.path).unlink(missing_ok=True)
-        elif name.endswith(SUFFIX) and f"{rel}/{entry.name}" not in cached:
+        elif (reader_reads(name) if suffixes is None else name.endswith(suffixes)) \
+                and f"{rel}/{entry.name}" not in cached:
             stale.append(f"{rel}/{entry.name}")
     return sorted(stale, key=os.fsencode)
 

@@ -1,0 +1,65 @@
+"""The manifest of a folder `runner data cache` made, as `runner data fingerprint` and a run's record show it.
+
+A run reads a split (DATA_ROOT/train); the manifest (`.runner-cache.json`) lies in the split itself when
+the cache was made from one split, or one folder up when it was made from a folder of splits.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MARKER = ".runner-cache.json"  # runner.data.cache.MARKER, spelt here so that reading it does not import numpy
+
+
+def find_manifest(folder: str | Path) -> tuple[Path, dict] | None:
+    """(the cache root, its manifest) for a cache root or one of its splits; None for other folders.
+
+    A marker that cannot be read counts as none here (building into that folder reports it)."""
+    folder = Path(folder)
+    for root in (folder, folder.parent):
+        try:
+            manifest = json.loads((root / MARKER).read_text())
+            dict(manifest["settings"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        return root, manifest
+    return None
+
+
+def describe(manifest: dict) -> str:
+    """One line: 'JPEG cache, longer side <= 320 px, quality 90 (lanczos, 4:2:0, Pillow 13.0.0 ...)'."""
+    s = manifest["settings"]
+    state = "" if manifest.get("complete") else " (incomplete: its build did not finish)"
+    if s.get("format") == "jpeg":
+        return (f"JPEG cache, longer side <= {s['max_side']} px, quality {s['quality']} ({s['filter']} filter, "
+                f"{s['subsampling']} chroma, small JPEGs {s['small_jpegs']}; Pillow {s['pillow']}, {s['libjpeg']})"
+                + state)
+    return f"decoded cache (.npy), longer side <= {s.get('max_side')} px (format {s.get('format')})" + state
+
+
+def run_params(role: str, folder: str | Path) -> dict[str, str]:
+    """`data.cache.ROLE.*` params for a run that reads `folder`: empty when it is not a cache.
+
+    The settings, the manifest's completeness and, for the split read, the fingerprint of the source it
+    was made from, so that a run trained on a compact cache says so and names what it was made from."""
+    found = find_manifest(folder)
+    if found is None:
+        return {}
+    root, manifest = found
+    out = {f"data.cache.{role}.{k}": str(v) for k, v in manifest["settings"].items()}
+    out[f"data.cache.{role}.complete"] = str(bool(manifest.get("complete")))
+    out[f"data.cache.{role}.source"] = str(manifest.get("source"))
+    split = "" if root == Path(folder) else Path(folder).name
+    for k, v in (manifest.get("source_fingerprint") or {}).get(split, {}).items():
+        out[f"data.cache.{role}.source_fingerprint.{k}"] = str(v)
+    return out
+
+
+def run_tags(folders: dict[str, Path]) -> dict[str, str]:
+    """`data.ROLE_cache` tags (the describe() line; runner.data.ROLE_cache in the run) for roles reading a cache."""
+    out = {}
+    for role, folder in folders.items():
+        found = find_manifest(folder)
+        if found:
+            out[f"data.{role}_cache"] = describe(found[1])
+    return out
