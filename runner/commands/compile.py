@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides
+from runner.commands.args import add_experiment, cpu_note, experiment_and_overrides, label_notes
 from runner.plan import HYBRID, compiled_source
 
 
@@ -25,6 +25,7 @@ def run(args) -> int:
         check_writable(args.output)
     v = validate(path, overrides)
     cpu_note(v.graphs)
+    label_notes(v)
     source = compiled_source(v, args.pipeline)
     if args.output:
         write_text_atomic(args.output, source)
