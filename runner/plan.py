@@ -216,13 +216,16 @@ def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
 
 def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
     """(the train split's label map or None, notes to print once): raises when the eval split holds classes the
-    train split lacks, or model.num_classes is below the class count."""
+    train split lacks, or model.num_classes is below the class count. After checked_pipelines, whose scans of
+    the folders (with the readers' file filters) report a broken split first."""
     from runner.data.labels import check_num_classes, extra_classes_error, missing_note, split_classes
 
     labels = train_label_map(loaded)
     if labels is None:
         return None, []
     data, notes = loaded.config.data, []
+    if data.loader == "torchvision":
+        scan_split(loaded, "train")
     folder = split_dir(data, "eval")
     reads_eval = data.loader == "torchvision" or loaded.config.pipelines.eval is not None
     if reads_eval and folder.is_dir() and folder.resolve() != labels.folder.resolve():

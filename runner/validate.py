@@ -53,8 +53,8 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.where("trainer.accelerator"))
     procs = processes_per_node(trainer.devices, acc, loaded.where("trainer.devices")) if accelerator is None else 1
     target = Target(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
-    labels, notes = check_labels(loaded)
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
+    labels, notes = check_labels(loaded)
     return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs, labels=labels,
                      label_notes=tuple(notes))
 
@@ -64,8 +64,8 @@ def with_data(v: Validated) -> Validated:
     and the readers' file lists, which validation could not see without the folders."""
     if v.labels is not None or v.config.data.loader == "synthetic":
         return v
+    graphs = checked_pipelines(v.loaded, v.target) if v.graphs else v.graphs
     labels, notes = check_labels(v.loaded)
     if labels is None:
         return v
-    graphs = checked_pipelines(v.loaded, v.target) if v.graphs else v.graphs
     return dataclasses.replace(v, graphs=graphs, labels=labels, label_notes=tuple(notes))

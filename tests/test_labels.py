@@ -263,3 +263,13 @@ def test_a_resume_over_relabelled_class_folders_is_refused(project, capsys):
     assert code == 2, err
     assert f"data.label_map: {before} in the checkpoint, {after} now" in err
     assert before.startswith("3 classes, sha256 ") and before != after
+
+
+def test_a_skip_list_keeps_the_train_maps_labels(project, gapped, capsys):
+    """`runner data check` lists a bad file of the gapped val split: the reader leaves it out, labels stay by name."""
+    (gapped / "val" / "cat" / "002.jpg").write_bytes(b"not a jpeg")
+    code, out, err = run_cli(["data", "check", gapped / "val"], capsys)
+    assert code == 1 and "cat/002.jpg" in out, err
+    labels = dali_labels(project, gapped, "eval")
+    assert "cat/002.jpg" not in labels and len(labels) == 9
+    assert {name.split("/")[0]: label for name, label in labels.items()} == {"ant": 0, "cat": 2}
