@@ -18,8 +18,8 @@ from runner.errors import DataError
 from runner.machine import cpu_cores
 from runner.plan import split_dir, synth_dir
 
-WORKER_ENV = "RUNNER_WORKER_OF"
-LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run  # set by our torchrun parent: the worker need not repeat its notes
+WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
+LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
 
 
 def ensure_data(v, *, quiet: bool = False) -> None:
