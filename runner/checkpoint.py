@@ -67,6 +67,7 @@ def fixed_settings(v, world: int) -> dict[str, Any]:
             "scheduler.name": cfg.scheduler.name, "seed": cfg.seed, "data.loader": cfg.data.loader,
             "data.root": cfg.data.root, "data.train_split": cfg.data.train_split,
             "data.batch_size": cfg.data.batch_size, "processes": world,
+            "data.label_map": v.labels.digest if v.labels is not None else None,
             "pipelines.train.hybrid": None if hybrid is None else f"share {hybrid.share:g}, deal {hybrid.deal}"}
 
 

@@ -19,6 +19,7 @@ from runner.machine import cpu_cores
 from runner.plan import split_dir, synth_dir
 
 WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
+LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
 
 
 def ensure_data(v, *, quiet: bool = False) -> None:
@@ -50,6 +51,17 @@ def ensure_data(v, *, quiet: bool = False) -> None:
     check_split_sizes(v.loaded, v.target.world, suffixes)  # here once, rather than in every process
 
 
+def checked_with_data(v, *, quiet: bool = False):
+    """validate.with_data, saying its notes when it made them (the data was generated after validation)."""
+    from runner.validate import with_data
+
+    checked = with_data(v)
+    if checked is not v and not quiet:
+        for text in checked.label_notes:
+            console.note(text)
+    return checked
+
+
 def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str]) -> list[str]:
     """torchrun's own command line: our node layout and rendezvous, then `-m runner launch ...`."""
     tc = v.config.trainer
@@ -71,6 +83,7 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
     if under_torchrun():
         return run_worker(v, resume=resume)
     ensure_data(v)
+    v = checked_with_data(v)
     if v.target.world == 1:
         return run_worker(v, resume=resume)
     if resume:  # refused here once, rather than by every process torchrun would start
@@ -111,6 +124,8 @@ def run_params(v, world: int) -> dict[str, str]:
     from runner.tracking import flatten
 
     extra = dict(runinfo.seeds(v.config, world))
+    if v.labels is not None:
+        extra["data.num_classes"] = len(v.labels)
     if v.config.data.loader != "synthetic":
         for role in ("train", "eval"):
             folder = split_dir(v.config.data, role)
@@ -139,6 +154,8 @@ def log_run_inputs(v, tracker, world: int) -> None:
 
     tracker.set_tags(runinfo.run_tags(v, world))
     tracker.log_text(OmegaConf.to_yaml(v.loaded.resolved), "experiment.yaml")
+    if v.labels is not None:
+        tracker.log_text(v.labels.to_json(), LABEL_MAP_ARTIFACT)
     for role in v.graphs:
         tracker.log_text(compiled_source(v, role), f"pipelines/{role}_pipeline.py")
     from runner.repro.snapshot import pipeline_files
@@ -160,6 +177,7 @@ def run_worker(v, *, resume: str | None = None) -> int:
         if dist.under_torchrun() and d.local_rank == 0 and WORKER_ENV not in os.environ:
             ensure_data(v, quiet=d.rank != 0)  # started by the user's own torchrun: nobody did it yet
         dist.barrier(d)
+        v = checked_with_data(v, quiet=d.rank != 0)
         state = load_resume(v, resume, d.world) if resume else None
         run_id = state["run_id"] if state else None
         from runner.tracking import create_tracker

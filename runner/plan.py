@@ -3,11 +3,13 @@ checked for the target device, DALI pipeline arguments."""
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.config import LoadedExperiment, PipelineSource
 from runner.config.sections import DataConfig, SynthConfig
+from runner.data.labels import LabelMap
 from runner.errors import ConfigError, display_path
 from runner.machine import cpu_cores
 
@@ -43,13 +45,25 @@ def split_dir(data: DataConfig, role: str) -> Path:
 
 def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | None = None):
     """The reader's view of the role's split; a DataError names the experiment's data key as well as the folder."""
+    return scan_split_at(loaded, role, split_dir(loaded.config.data, role), suffixes)
+
+
+def scan_split_at(loaded: LoadedExperiment, role: str, folder: Path, suffixes: tuple[str, ...] | None = None):
+    """scan_split for the folder the role's reader reads (its split, unless the pipeline names another)."""
     from runner.data.scan import filter_suffixes, scan_image_folder
+
+    with naming_data_key(loaded, role, folder):
+        return scan_image_folder(folder, suffixes or filter_suffixes(None))
+
+
+@contextmanager
+def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
+    """A DataError about the role's folder, raised inside, names the experiment's data key too."""
     from runner.errors import DataError
 
     data = loaded.config.data
-    folder = split_dir(data, role)
     try:
-        return scan_image_folder(folder, suffixes or filter_suffixes(None))
+        yield
     except DataError as e:
         key = "data.root"
         if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
@@ -103,6 +117,7 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str
 
     graphs = {}
     place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
+    labels = train_label_map(loaded)
     for role, source in loaded.pipelines.items():
         if roles is not None and role not in roles:
             continue
@@ -110,7 +125,7 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
         checked = _check_shape(check_graph(graph, target="gpu", **place), role)
         if source.hybrid is None:
-            graphs[role] = _placed(graph, checked, target, skip_file_list(loaded, role, checked), place)
+            graphs[role] = _placed(graph, checked, target, reader_file_list(loaded, role, checked, labels), place)
             continue
         copy = parse_pipeline(bind_params(source.hybrid.copy_of(source), loaded.config.data))
         copy_checked = _check_shape(check_graph(copy, target="gpu", **place), role)
@@ -199,17 +214,64 @@ def reader_suffixes(graph) -> tuple[str, ...]:
     return filter_suffixes(filters.value if filters is not None else None)
 
 
-def skip_file_list(loaded: LoadedExperiment, role: str, graph) -> str | None:
-    """A file list without the split's skip-listed files, when it has any (see data.skips)."""
-    data = loaded.config.data
-    folder = split_dir(data, role)
+def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMap | None) -> str | None:
+    """The `file_list` a readers.file(file_root=...) reader gets in place of numbering the folder's classes by
+    position: its files labelled by class name from the train split's map (`labels`), without the skip-listed
+    ones when data.skip_bad_files (see data.skips). None for other readers, or while the data is not there."""
     reader = _first_operator(graph)
-    if not data.skip_bad_files or reader is None or reader.op.name != "readers.file" or not folder.is_dir():
+    if labels is None or reader is None or reader.op.name != "readers.file":
         return None
-    from runner.data.skips import file_list
+    given = dict(reader.kwargs)
+    root = given.get("file_root")
+    if root is None or {"files", "file_list"} & set(given) or not isinstance(getattr(root, "value", None), str):
+        return None
+    folder = Path(root.value)
+    if not folder.is_dir():
+        return None  # the reader names it when it starts
+    from runner.data.skips import labelled_file_list
 
-    found = file_list(folder, reader_suffixes(graph))
-    return str(found[0]) if found else None
+    scan = scan_split_at(loaded, role, folder, reader_suffixes(graph))
+    path, _ = labelled_file_list(scan, labels, keep_skipped=not loaded.config.data.skip_bad_files,
+                                 where=loaded.where("data.root"))
+    return str(path)
+
+
+def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
+    """The label map the train split's class folders define (data.labels), or None where no folder is read
+    (the synthetic loader) or the train split is not there yet."""
+    from runner.data.labels import load_label_map
+
+    data = loaded.config.data
+    folder = split_dir(data, "train")
+    if data.loader == "synthetic" or not folder.is_dir():
+        return None
+    with naming_data_key(loaded, "train", folder):
+        return load_label_map(folder)
+
+
+def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
+    """(the train split's label map or None, notes to print once): raises when the eval split holds classes the
+    train split lacks, or model.num_classes is below the class count. After checked_pipelines, whose scans of
+    the folders (with the readers' file filters) report a broken split first."""
+    from runner.data.labels import check_num_classes, extra_classes_error, missing_note, split_classes
+
+    labels = train_label_map(loaded)
+    if labels is None:
+        return None, []
+    data, notes = loaded.config.data, []
+    if data.loader == "torchvision":
+        scan_split(loaded, "train")
+    folder = split_dir(data, "eval")
+    reads_eval = data.loader == "torchvision" or loaded.config.pipelines.eval is not None
+    if reads_eval and folder.is_dir() and folder.resolve() != labels.folder.resolve():
+        with naming_data_key(loaded, "eval", folder):
+            extra, missing = split_classes(labels, folder)
+        if extra:
+            raise extra_classes_error(labels, folder, extra, loaded.where("data.root"))
+        if missing:
+            notes.append(missing_note(labels, folder, missing))
+    too_many = check_num_classes(loaded.config.model.num_classes, labels, loaded.where("model.num_classes"))
+    return labels, notes + ([too_many] if too_many else [])
 
 
 def dali_threads(data: DataConfig, target: Target) -> int:

@@ -1,15 +1,17 @@
 """Everything `runner validate` checks, without running anything: config, names, machine, pipelines."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import schedule_notes
+from runner.data.labels import LabelMap
 from runner.machine import processes_per_node, resolve_accelerator
 from runner.models import check_model
 from runner.optim import OPTIMIZERS, SCHEDULES
-from runner.plan import Target, checked_pipelines
+from runner.plan import Target, check_labels, checked_pipelines
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,8 @@ class Validated:
     processes: int
     graphs: dict = field(default_factory=dict)   # role -> CheckedGraph (DALI loader only)
     notes: tuple[str, ...] = ()                  # settings that run as written but may surprise
+    labels: LabelMap | None = None               # the train split's class names -> labels (None: not read here)
+    label_notes: tuple[str, ...] = ()            # what the eval split or model.num_classes leave out, said once
 
     @property
     def config(self):
@@ -52,5 +56,18 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     procs = processes_per_node(trainer.devices, acc, loaded.where("trainer.devices")) if accelerator is None else 1
     target = Target(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
-    return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs,
-                     notes=tuple(schedule_notes(loaded.config)))
+    labels, notes = check_labels(loaded)
+    return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs, labels=labels,
+                     label_notes=tuple(notes), notes=tuple(schedule_notes(loaded.config)))
+
+
+def with_data(v: Validated) -> Validated:
+    """`v` checked again once launch has made the data it names (the generated set): the label map, its checks
+    and the readers' file lists, which validation could not see without the folders."""
+    if v.labels is not None or v.config.data.loader == "synthetic":
+        return v
+    graphs = checked_pipelines(v.loaded, v.target) if v.graphs else v.graphs
+    labels, notes = check_labels(v.loaded)
+    if labels is None:
+        return v
+    return dataclasses.replace(v, graphs=graphs, labels=labels, label_notes=tuple(notes))

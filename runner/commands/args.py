@@ -43,3 +43,9 @@ def run_notes(v) -> None:
         where = "; ".join(f"{role} steps {', '.join(map(str, steps))}" for role, steps in moved.items())
         console.note(f"no GPU here: pipelines are compiled for the CPU ({where} moved from mixed/gpu to cpu, "
                      ".gpu() dropped).")
+
+
+def label_notes(v) -> None:
+    """Say once what the eval split or model.num_classes leave out of the train split's label map."""
+    for text in v.label_notes:
+        console.note(text)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
+from runner.commands.args import add_experiment, experiment_and_overrides, label_notes, run_notes
 from runner.plan import HYBRID, compiled_source
 
 
@@ -25,6 +25,7 @@ def run(args) -> int:
         check_writable(args.output)
     v = validate(path, overrides)
     run_notes(v)
+    label_notes(v)
     source = compiled_source(v, args.pipeline)
     if args.output:
         write_text_atomic(args.output, source)

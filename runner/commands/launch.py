@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
+from runner.commands.args import add_experiment, experiment_and_overrides, label_notes, run_notes
 
 
 def register(sub) -> None:
@@ -23,4 +23,5 @@ def run(args) -> int:
     v = validate(path, overrides)
     if not (under_torchrun() and (WORKER_ENV in os.environ or int(os.environ.get("RANK", 0)) > 0)):
         run_notes(v)  # said once: by the parent, or by rank 0 of a user's own torchrun
+        label_notes(v)
     return launch(v, path, overrides, resume=args.resume)

@@ -8,7 +8,7 @@ import yaml
 from rich.markup import escape
 
 from runner import console
-from runner.commands.args import run_notes, split_overrides
+from runner.commands.args import label_notes, run_notes, split_overrides
 from runner.errors import RunnerError, display_path
 
 
@@ -27,8 +27,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.launch import ensure_data, launch
-    from runner.repro.drift import data_differences, machine_differences
+    from runner.launch import checked_with_data, ensure_data, launch
+    from runner.repro.drift import data_differences, label_differences, machine_differences
     from runner.repro.snapshot import write_snapshot
     from runner.tracking.store import get_run, store_uri
 
@@ -44,9 +44,12 @@ def run(args) -> int:
     overrides = [*overrides, *reproduction_overrides(record.run_id, uri, snap.experiment, overrides)]
     v = _validate(record, snap.experiment, overrides)
     run_notes(v)
+    label_notes(v)
     if v.config.data.loader != "synthetic" and v.config.data.root is None:
         ensure_data(v)  # the generated set is deterministic: generate it so its fingerprint can be compared
-    print_differences(record, machine_differences(record, v) + data_differences(record, v))
+        v = checked_with_data(v)
+    print_differences(record, machine_differences(record, v) + data_differences(record, v)
+                      + label_differences(record, v))
     command = shlex.join(["runner", "launch", display_path(snap.experiment), *overrides])
     if args.dry_run:
         console.out.print(escape(f"wrote {display_path(snap.experiment)}; to run it: {command}"))
@@ -94,6 +97,9 @@ def print_differences(record, diffs) -> None:
     console.err.print(console.table(f"warning: this machine differs from the one run {record.short} ran on "
                                     f"({len(diffs)} difference{'s' if len(diffs) > 1 else ''}); results may differ",
                                     ["", f"run {record.short}", "here"], rows, justify_numbers=False))
+    if any(d.kind == "labels" for d in diffs):
+        console.note(f"the train split here maps class names to other labels than run {record.short} logged in "
+                     "label_map.json: its model's outputs mean other classes here, and a new run learns other ones.")
     if any(d.kind == "data" for d in diffs):
         console.note("the data differs from what the run read (file names or sizes): the batches, and so the "
                      "results, will not be the run's. Point data.root=... at the same data to reproduce it.")

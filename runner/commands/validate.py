@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import run_notes, split_overrides
+from runner.commands.args import label_notes, run_notes, split_overrides
 from runner.errors import RunnerError, display_path
 from runner.plan import HYBRID, data_root, hybrid_batches
 from runner.validate import Validated
@@ -25,6 +25,7 @@ def run(args) -> int:
     checked = [validate(path, overrides) for path in files]  # every file checked before anything prints
     for v in checked:
         run_notes(v)
+        label_notes(v)
         print_validated(v)
     return 0
 
@@ -51,6 +52,9 @@ def print_validated(v: Validated) -> None:
         ["loader", f"{cfg.data.loader}, batch {cfg.data.batch_size} per process"],
         ["data", data],
     ]
+    if v.labels is not None:
+        rows.append(["labels", f"{len(v.labels)} classes, numbered by the class folders of "
+                               f"{display_path(v.labels.folder)}; every split is labelled by class name"])
     parts = dict(zip(("train", HYBRID), hybrid_batches(v.loaded))) if HYBRID in v.graphs else {}
     for role, g in v.graphs.items():
         rows.append([f"{role} pipeline", f"{g.graph.name} ({display_path(g.graph.file) if not isinstance(g.graph.file, str) else g.graph.file}): "

@@ -102,6 +102,11 @@ def scan_image_folder(root: str | Path, suffixes: tuple[str, ...] = _SUFFIXES) -
     return ImageFolderScan(root=root, classes=tuple(classes), files=tuple(files), ignored=tuple(ignored))
 
 
+def class_folders(root: str | Path) -> tuple[str, ...]:
+    """The subfolders of ROOT that fn.readers.file(file_root=ROOT) numbers as classes, in its order."""
+    return tuple(_class_folders(Path(root))[0])
+
+
 def _class_folders(root: Path) -> tuple[list[str], list[str]]:
     """(subfolder names, sorted as the reader sorts them; names of other entries)."""
     if not root.exists():

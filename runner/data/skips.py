@@ -1,9 +1,10 @@
 """Training around files that do not decode: skip lists -> a reader file list without them.
 
 `runner data check SPLIT` (or the runner itself, after a decode error) writes SPLIT/.runner-bad-files.txt;
-for a read-only dataset the list goes to ~/.cache/runner/skip-lists/ instead. When a list exists, the
-reader gets `file_list=` (every image of the split minus the listed ones, labelled exactly as
-fn.readers.file would label them) in place of scanning `file_root` itself.
+for a read-only dataset the list goes to ~/.cache/runner/skip-lists/ instead. A split's reader gets
+`file_list=` (every image of the split minus the listed ones, each labelled by its class name from the
+train split's label map, see data.labels) in place of scanning `file_root` itself; for the train split
+itself those are the labels fn.readers.file would give, and the file order is the reader's.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from runner.data.scan import DEFAULT_SKIP_LIST, CheckReport, read_skip_list, scan_image_folder, write_skip_list
+from runner.data.labels import LabelMap, labelled_files
+from runner.data.scan import DEFAULT_SKIP_LIST, CheckReport, ImageFolderScan, read_skip_list, scan_image_folder, write_skip_list
 
 CACHE = Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
 
@@ -44,14 +46,14 @@ def save_skip_list(report: CheckReport, split_dir: Path) -> Path:
     raise OSError(f"no writable place for the skip list of {split_dir}")
 
 
-def file_list(split_dir: Path, suffixes: tuple[str, ...]) -> tuple[Path, int, list[Path]] | None:
-    """A `file_list` for fn.readers.file without the skipped files: (path, how many left out, lists used)."""
-    skipped, lists = skipped_files(split_dir)
-    if not skipped:
-        return None
-    scan = scan_image_folder(split_dir, suffixes)
-    keep = [(path, label) for path, label in scan.files if path not in skipped]
-    return write_file_list(split_dir, keep), len(scan.files) - len(keep), lists
+def labelled_file_list(scan: ImageFolderScan, label_map: LabelMap, *, keep_skipped: bool,
+                       where: dict | None = None) -> tuple[Path, int]:
+    """A `file_list` for fn.readers.file over a scanned split: its files in the reader's order, labelled from the
+    train split's map, skip-listed ones left out unless `keep_skipped`: (path, how many left out)."""
+    skipped = set() if keep_skipped else skipped_files(scan.root)[0]
+    files = labelled_files(label_map, scan.root, list(scan.files), scan.classes, where)
+    keep = [(path, label) for path, label in files if path not in skipped]
+    return write_file_list(scan.root, keep), len(files) - len(keep)
 
 
 def readable_files(split_dir: Path, suffixes: tuple[str, ...], *, keep_skipped: bool = False) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from runner.errors import DataError, display_path
 from runner.machine import cpu_cores
-from runner.plan import Target, split_dir
+from runner.plan import Target, split_dir, train_label_map
 
 
 def load_rgb(path: str):
@@ -22,6 +22,21 @@ def load_rgb(path: str):
     except (OSError, ValueError, SyntaxError) as e:
         raise DataError(f"cannot decode {display_path(Path(path))} ({type(e).__name__}: {e}). `runner data check "
                         f"{display_path(Path(path).parent.parent)}` lists every such file, and runs leave them out.")
+
+
+def label_by_name(dataset, labels, where: dict) -> None:
+    """Relabel an ImageFolder's samples by class name from the train split's map (data.labels): ImageFolder
+    numbers a split's classes by their place among its own class folders."""
+    from runner.data.labels import extra_classes, extra_classes_error
+
+    folder = Path(dataset.root)
+    extra = extra_classes(labels, folder, tuple(dataset.classes))
+    if extra:
+        raise extra_classes_error(labels, folder, extra, where)
+    index = labels.index
+    dataset.class_to_idx = {name: index[name] for name in dataset.classes}
+    dataset.samples = dataset.imgs = [(path, index[dataset.classes[c]]) for path, c in dataset.samples]
+    dataset.targets = [c for _, c in dataset.samples]
 
 
 def _skip_listed(dataset, folder) -> int:
@@ -118,6 +133,7 @@ class FolderLoader:
         if not root.is_dir():
             raise DataError(f"{role} data folder {root} does not exist (data.root/{cfg.train_split if role == 'train' else cfg.eval_split}).")
         dataset = ImageFolder(str(root), transform=train_tf if role == "train" else eval_tf, loader=load_rgb)
+        label_by_name(dataset, train_label_map(v.loaded), v.loaded.where("data.root"))
         if cfg.skip_bad_files:
             _skip_listed(dataset, root)
         batch = cfg.batch_size if role == "train" else (cfg.eval_batch_size or cfg.batch_size)

@@ -20,7 +20,7 @@ class Difference:
     what: str
     run: str
     here: str
-    kind: str  # versions | gpu | code | layout | data
+    kind: str  # versions | gpu | code | layout | data | labels
 
 
 def machine_differences(run: RunRecord, v) -> list[Difference]:
@@ -122,3 +122,33 @@ def data_differences(run: RunRecord, v) -> list[Difference]:
             continue
         out.append(Difference(f"data ({role})", describe_fingerprint(before), describe_fingerprint(now), "data"))
     return out
+
+
+def label_differences(run: RunRecord, v) -> list[Difference]:
+    """The train split's class names -> labels here against the run's `label_map.json`: one row for the classes
+    missing here, one for those only here, one for those numbered differently."""
+    from runner.data.labels import parse_label_map
+    from runner.launch import LABEL_MAP_ARTIFACT
+    from runner.tracking.store import read_artifact
+
+    text = read_artifact(run.uri, run.run_id, LABEL_MAP_ARTIFACT) if v.labels is not None else None
+    if text is None:
+        return []
+    before, now = parse_label_map(text), v.labels.index
+    missing = [name for name in before if name not in now]
+    extra = [name for name in now if name not in before]
+    moved = [name for name in before if name in now and before[name] != now[name]]
+    out = []
+    if missing:
+        out.append(Difference(f"classes missing here ({len(missing)})", _labels(missing, before), NONE, "labels"))
+    if extra:
+        out.append(Difference(f"classes only here ({len(extra)})", NONE, _labels(extra, now), "labels"))
+    if moved:
+        out.append(Difference(f"classes renumbered ({len(moved)})", _labels(moved, before), _labels(moved, now),
+                              "labels"))
+    return out
+
+
+def _labels(names: list[str], index: dict[str, int], limit: int = 5) -> str:
+    shown = ", ".join(f"{name}={index[name]}" for name in names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
