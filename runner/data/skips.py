@@ -64,12 +64,13 @@ def readable_files(split_dir: Path, suffixes: tuple[str, ...], *, keep_skipped: 
 
 def write_file_list(split_dir: Path, files: list[tuple[str, int]], tag: str = "") -> Path:
     """A `file_list` for fn.readers.file in runner's cache, named by its content (ranks may write it at once)."""
-    body = "".join(f"{path} {label}\n" for path, label in files)
-    digest = hashlib.sha256(body.encode()).hexdigest()[:12]
+    # a name that is not UTF-8 goes back to its own bytes, which is what the reader opens
+    body = "".join(f"{path} {label}\n" for path, label in files).encode("utf-8", "surrogateescape")
+    digest = hashlib.sha256(body).hexdigest()[:12]
     out = CACHE / "file-lists" / f"{_key(split_dir)}{'-' + tag if tag else ''}-{digest}.txt"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(body)
+        tmp.write_bytes(body)
         os.replace(tmp, out)
     return out
