@@ -2,8 +2,8 @@
 
     python bench/profile_step.py EXPERIMENT [--warmup 60] [--steps 30] [--out DIR] [key=value ...]
 
-Runs `runner bench`'s bare training step (runner.bench.measure.BareStep: the experiment's loader and model,
-nothing else) under torch.profiler, and reads /proc for each thread of the process before and after.
+Runs `runner bench`'s bare training step (runner.bench.measure.BareStep: train()'s own step on the experiment's
+loader and model, nothing else) under torch.profiler, and reads /proc for each thread of the process before and after.
 Prints a summary and writes DIR/profile.json and DIR/trace.json.gz (a Chrome trace for Perfetto).
 
 What it answers: how long the GPU sits idle between kernels; how much kernel time the loader's CUDA

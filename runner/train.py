@@ -117,66 +117,186 @@ def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool) ->
             "eval/samples": n}
 
 
-def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = None) -> RunResult:
-    cfg, tc = v.config, v.config.trainer
-    started = time.perf_counter()
-
-    # ---- set up ------------------------------------------------------------------------------
-    configure_torch(cfg, d)
+def build_model(cfg, d: Dist) -> nn.Module:
+    """The experiment's model on this rank's device, in the memory format trainer.channels_last asks for."""
     model = create_model(cfg.model).to(d.device)
-    if tc.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    loader_state = resume["loader_states"][d.rank] if resume else None
-    train_loader = create_loader(v, "train", d, state=loader_state, checkpointing=True)
-    eval_loader = create_loader(v, "eval", d) if tc.eval_every_n_epochs else None
-    steps_per_epoch = train_loader.steps_per_epoch
-    total_steps = tc.epochs * steps_per_epoch if tc.max_steps is None else min(tc.max_steps, tc.epochs * steps_per_epoch)
+    if cfg.trainer.channels_last:
+        model = model.to(memory_format=torch.channels_last)  # NHWC: the layout tensor-core convolutions want
+    return model
+
+
+@dataclass
+class Step:
+    """What one training step uses: built once by build_step, called by train() and by runner bench's bare loop."""
+    model: nn.Module                         # the parameters: clipped, checkpointed
+    net: nn.Module                           # what runs forward: the model inside DDP and/or torch.compile
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    amp: dict[str, Any]
+    tc: Any                                  # the trainer section
+
+
+def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[str, Any] | None = None) -> Step:
+    """Optimizer, schedule, loss scaler and the wrapped net around `model`; their states from `resume` when given."""
+    cfg, tc = v.config, v.config.trainer
     optimizer = create_optimizer(model, cfg.optimizer, cfg.data.batch_size * d.world)
     # the schedule spans the planned epochs; max_steps only stops early, on the same curve
     scheduler = create_scheduler(optimizer, cfg.scheduler, steps_per_epoch, tc.epochs * steps_per_epoch)
+    # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler passes through)
     scaler = torch.amp.GradScaler(d.device.type, enabled=tc.precision == "fp16")
-    step, epoch, start_batch = 0, 0, 0
     if resume:
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         scheduler.load_state_dict(resume["scheduler"])
         scaler.load_state_dict(resume["scaler"])
-        step, epoch, start_batch = resume["step"], resume["epoch"], resume["batch"]
         torch.set_rng_state(resume["rng"][d.rank])
     net = model
-    if d.enabled:
+    if d.enabled:  # after loading: DDP broadcasts rank 0's weights when it wraps the model
         net = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
-    net = compiled(net, tc)
-    criterion = nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)
-    amp = autocast_args(tc.precision, d.device)
+    return Step(model=model, net=compiled(net, tc), criterion=nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing),
+                optimizer=optimizer, scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device),
+                tc=tc)
+
+
+def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward under autocast and backward of the (scaled) loss; returns the loss and the logits."""
+    if s.tc.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    step_begin(s.tc)
+    with torch.autocast(**s.amp):
+        logits = s.net(images)
+        loss = s.criterion(logits.float(), labels)  # the loss in fp32: a low-precision softmax loses small terms
+    s.optimizer.zero_grad(set_to_none=True)  # None, not zeros: no memset, and the backward writes fresh
+    s.scaler.scale(loss).backward()  # DDP all-reduces the gradients during this backward
+    return loss, logits
+
+
+def train_step(s: Step, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on one batch; reads no device value (the loop reads the sums once per window)."""
+    loss, logits = forward_backward_step(s, images, labels)
+    if s.tc.grad_clip_norm:
+        s.scaler.unscale_(s.optimizer)  # clip the true gradients, not the fp16-scaled ones
+        torch.nn.utils.clip_grad_norm_(s.model.parameters(), s.tc.grad_clip_norm)
+    s.scaler.step(s.optimizer)  # skips the step when fp16 gradients overflowed
+    s.scaler.update()
+    s.scheduler.step()  # the schedule moves per step, not per epoch
+    return loss, logits
+
+
+class Window:
+    """Training sums since the last log, kept on the device: read once per window, never per step."""
+
+    def __init__(self, device: torch.device):
+        self.loss = torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device)
+        self.batches = self.seen = 0
+
+    def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        self.loss += loss.detach()
+        self.correct += (logits.detach().argmax(1) == labels).sum()
+        self.batches += 1
+        self.seen += labels.shape[0]
+
+    def reset(self) -> None:
+        self.loss.zero_()
+        self.correct.zero_()
+        self.batches = self.seen = 0
+
+
+class Telemetry:
+    """The loader meter and the CPU, launch-thread and GPU samplers, read at each window and epoch end."""
+
+    def __init__(self, d: Dist):
+        self.meter, self.cpu, self.launch = LoaderMeter(), CpuSampler(), LaunchThreadsSampler()
+        self.gpu = GpuSampler([d.local_rank]).start() if d.device.type == "cuda" else None
+        self.gpu_utils: list[float] = []  # this epoch's window readings
+
+    def start_epoch(self) -> None:
+        self.gpu_utils = []
+        self.meter.start_epoch(time.perf_counter())
+
+    def stop(self) -> None:
+        if self.gpu:
+            self.gpu.stop()
+
+
+def log_window(window: Window, t: Telemetry, s: Step, d: Dist, stop: StopRequest,
+               epoch: float) -> tuple[dict[str, float], bool]:
+    """The window's metrics summed over ranks, and whether any rank was asked to stop; resets the window."""
+    loader = t.meter.window()
+    loss_total, correct_total = torch.stack([window.loss.float(), window.correct.float()]).tolist()  # one sync
+    # one small all-reduce carries the sums, the throughput and the stop request
+    totals = all_sum([loss_total, correct_total, window.batches, window.seen, loader.images_per_s,
+                      loader.data_wait_share, 1.0 if stop.signal is not None else 0.0], d).tolist()
+    metrics = {"train/loss": totals[0] / max(totals[2], 1), "train/top1": totals[1] / max(totals[3], 1),
+               "train/lr": s.scheduler.get_last_lr()[0], "train/epoch": epoch,
+               "loader/images_per_s": totals[4], "loader/images_per_s_per_device": totals[4] / d.world,
+               "loader/data_wait_share": totals[5] / d.world,
+               **t.cpu.window().metrics()}
+    threads = t.launch.window()
+    if threads:
+        metrics.update(threads.metrics())
+    g = t.gpu.window() if t.gpu else None
+    if g:
+        metrics.update(g.metrics())  # this node's rank-0 GPU
+        t.gpu_utils.append(g.util_pct)
+    window.reset()
+    return metrics, totals[6] > 0  # any rank was asked to stop: all stop here
+
+
+def end_epoch(t: Telemetry, d: Dist) -> dict[str, float]:
+    """The epoch's throughput and data wait summed over ranks, and its mean GPU use."""
+    loader = t.meter.epoch()
+    images_per_s, wait = all_sum([loader.images_per_s, loader.data_wait_share], d).tolist()
+    metrics = {"epoch/images_per_s": images_per_s, "epoch/data_wait_share": wait / d.world}
+    if t.gpu_utils:
+        metrics["epoch/gpu_util_pct"] = sum(t.gpu_utils) / len(t.gpu_utils)
+    return metrics
+
+
+def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id: str, step: int, epoch: int,
+                    batch: int) -> Path | None:
+    """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states."""
+    state = {"loader": train_loader.state(), "rng": torch.get_rng_state()}
+    gathered = all_gather_objects(state, d)  # each rank's reader position and RNG
+    if not d.main:
+        return None
+    return checkpoint.save({
+        "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
+        "scheduler": s.scheduler.state_dict(), "scaler": s.scaler.state_dict(),
+        "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
+        "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
+        "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world)}, ckpt_dir)
+
+
+def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = None) -> RunResult:
+    """Train the experiment on this rank: set up, loop over epochs and steps, tear down."""
+    cfg, tc = v.config, v.config.trainer
+    started = time.perf_counter()
+
+    # ---- set up ------------------------------------------------------------------------------
+    configure_torch(cfg, d)
+    model = build_model(cfg, d)
+    loader_state = resume["loader_states"][d.rank] if resume else None
+    train_loader = create_loader(v, "train", d, state=loader_state, checkpointing=True)
+    eval_loader = create_loader(v, "eval", d) if tc.eval_every_n_epochs else None
+    steps_per_epoch = train_loader.steps_per_epoch
+    total_steps = tc.epochs * steps_per_epoch if tc.max_steps is None else min(tc.max_steps, tc.epochs * steps_per_epoch)
+    s = build_step(v, d, model, steps_per_epoch, resume)
+    step, epoch, start_batch = (resume["step"], resume["epoch"], resume["batch"]) if resume else (0, 0, 0)
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
-    meter, cpu, launch = LoaderMeter(), CpuSampler(), LaunchThreadsSampler()
-    gpu = GpuSampler([d.local_rank]).start() if d.device.type == "cuda" else None
+    telemetry = Telemetry(d)
     result = RunResult(run_id=run_id, status="FINISHED")
-
-    def save_checkpoint(batch: int) -> Path | None:
-        state = {"loader": train_loader.state(), "rng": torch.get_rng_state()}
-        gathered = all_gather_objects(state, d)  # each rank's reader position and RNG
-        if not d.main:
-            return None
-        return checkpoint.save({
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-            "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
-            "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
-            "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world)}, ckpt_dir)
 
     # ---- loop --------------------------------------------------------------------------------
     with StopRequest() as stop:
         while epoch < tc.epochs and step < total_steps:
             progress.start_epoch(epoch + 1, start_batch)
-            batch = start_batch
-            loss_sum = torch.zeros((), device=d.device)
-            correct = torch.zeros((), device=d.device)
-            batches_in_window = seen_in_window = 0
-            gpu_utils: list[float] = []
-            meter.start_epoch(time.perf_counter())
+            batch, window = start_batch, Window(d.device)
+            telemetry.start_epoch()
             batches = train_loader.epoch(start_batch)
             while step < total_steps:
                 t0 = time.perf_counter()
@@ -184,84 +304,45 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                     images, labels = next(batches)
                 except StopIteration:
                     break
-                meter.wait(time.perf_counter() - t0)
-                if tc.channels_last:
-                    images = images.contiguous(memory_format=torch.channels_last)
-                step_begin(tc)
-                with torch.autocast(**amp):
-                    logits = net(images)
-                    loss = criterion(logits.float(), labels)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if tc.grad_clip_norm:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the fp16-scaled ones
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip_norm)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                loss_sum += loss.detach()
-                correct += (logits.detach().argmax(1) == labels).sum()
-                batches_in_window += 1
-                seen_in_window += labels.shape[0]
+                telemetry.meter.wait(time.perf_counter() - t0)
+                loss, logits = train_step(s, images, labels)
+                window.add(loss, logits, labels)
                 step += 1
                 batch += 1
-                meter.step(labels.shape[0], time.perf_counter())
+                telemetry.meter.step(labels.shape[0], time.perf_counter())
 
                 stopping = stop.signal is not None and not d.enabled  # alone: stop at once
                 last_of_epoch = batch == steps_per_epoch or step == total_steps
                 if step % tc.log_every_n_steps == 0 or last_of_epoch or stopping:
-                    window = meter.window()
-                    loss_total, correct_total = torch.stack([loss_sum.float(), correct.float()]).tolist()  # one sync
-                    totals = all_sum([loss_total, correct_total, batches_in_window, seen_in_window,
-                                      window.images_per_s, window.data_wait_share,
-                                      1.0 if stop.signal is not None else 0.0], d).tolist()
-                    metrics = {"train/loss": totals[0] / max(totals[2], 1), "train/top1": totals[1] / max(totals[3], 1),
-                               "train/lr": scheduler.get_last_lr()[0], "train/epoch": epoch + batch / steps_per_epoch,
-                               "loader/images_per_s": totals[4], "loader/images_per_s_per_device": totals[4] / d.world,
-                               "loader/data_wait_share": totals[5] / d.world,
-                               **cpu.window().metrics()}
-                    threads = launch.window()
-                    if threads:
-                        metrics.update(threads.metrics())
-                    g = gpu.window() if gpu else None
-                    if g:
-                        metrics.update(g.metrics())  # this node's rank-0 GPU
-                        gpu_utils.append(g.util_pct)
+                    metrics, stopping = log_window(window, telemetry, s, d, stop, epoch + batch / steps_per_epoch)
                     tracker.log_metrics(metrics, step)
                     progress.step(batch, metrics, epoch=epoch + 1, global_step=step)
-                    loss_sum.zero_()
-                    correct.zero_()
-                    batches_in_window = seen_in_window = 0
-                    stopping = totals[6] > 0  # any rank was asked to stop: all stop here
                 else:
                     progress.step(batch, epoch=epoch + 1, global_step=step)
                 if stopping:
                     result.status, result.signal = "KILLED", stop.signal or signal.SIGTERM
-                    result.checkpoint = save_checkpoint(batch)
+                    result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
+                                                        epoch=epoch, batch=batch)
                     break
             if result.status == "KILLED":
                 break
 
-            epoch_window = meter.epoch()
+            epoch_metrics = end_epoch(telemetry, d)
             epoch += 1
             start_batch = 0
-            images_per_s, wait = all_sum([epoch_window.images_per_s, epoch_window.data_wait_share], d).tolist()
-            epoch_metrics = {"epoch/images_per_s": images_per_s, "epoch/data_wait_share": wait / d.world}
-            if gpu_utils:
-                epoch_metrics["epoch/gpu_util_pct"] = sum(gpu_utils) / len(gpu_utils)
             last = epoch == tc.epochs or step >= total_steps
             if eval_loader is not None and (epoch % tc.eval_every_n_epochs == 0 or last):  # None when every_n is 0
-                epoch_metrics.update(evaluate(net, eval_loader, criterion, d, amp, tc.channels_last))
+                epoch_metrics.update(evaluate(s.net, eval_loader, s.criterion, d, s.amp, tc.channels_last))
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)
             if last or (tc.checkpoint_every_n_epochs and epoch % tc.checkpoint_every_n_epochs == 0):
-                result.checkpoint = save_checkpoint(0)
+                result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
+                                                    epoch=epoch, batch=0)
 
     # ---- tear down ---------------------------------------------------------------------------
     progress.close()
-    if gpu:
-        gpu.stop()
+    telemetry.stop()
     result.epochs, result.steps = epoch, step
     result.seconds = time.perf_counter() - started
     train_loader.close()

@@ -102,28 +102,19 @@ def _mean(values: list[float]) -> float | None:
 
 
 class BareStep:
-    """The same loader and model in the plainest loop (forward, backward, step): what runner's extras are compared with.
+    """train()'s own step (runner.train.train_step: forward, backward, clipping, loss scaling, optimizer,
+    schedule) on the same loader and model, in the plainest loop: what runner's loop around it is compared with.
     Calling it runs one training step; `wait` accumulates the seconds spent in `next()`."""
 
     def __init__(self, v, d: Dist):
-        from torch import nn
-
         from runner.loaders import create_loader
-        from runner.models import create_model
-        from runner.optim import create_optimizer
-        from runner.train import autocast_args, compiled, configure_torch, step_begin
+        from runner.train import build_model, build_step, configure_torch, train_step
 
-        self.step_begin = step_begin
-        cfg, self.tc = v.config, v.config.trainer
-        configure_torch(cfg, d)
-        model = create_model(cfg.model).to(d.device)
-        if self.tc.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        self.opt = create_optimizer(model, cfg.optimizer, cfg.data.batch_size)
-        self.net = compiled(model, self.tc)
-        self.crit = nn.CrossEntropyLoss(label_smoothing=self.tc.label_smoothing)
-        self.amp = autocast_args(self.tc.precision, d.device)
-        self.batches = _batches(create_loader(v, "train", d))
+        configure_torch(v.config, d)
+        model = build_model(v.config, d)
+        loader = create_loader(v, "train", d)
+        self.step, self.train_step = build_step(v, d, model, loader.steps_per_epoch), train_step
+        self.batches = _batches(loader)
         self.d, self.wait = d, 0.0
 
     def warm_up(self, steps: int) -> None:
@@ -135,16 +126,9 @@ class BareStep:
 
     def __call__(self) -> torch.Tensor:
         t0 = time.perf_counter()
-        x, y = next(self.batches)
+        images, labels = next(self.batches)
         self.wait += time.perf_counter() - t0
-        if self.tc.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        self.step_begin(self.tc)
-        with torch.autocast(**self.amp):
-            loss = self.crit(self.net(x).float(), y)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
+        loss, _ = self.train_step(self.step, images, labels)
         return loss
 
 
@@ -165,7 +149,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     mode, warmup, steps = spec["mode"], spec["warmup"], spec["steps"]
     overrides = list(spec["overrides"])
-    if mode == "e2e":
+    if mode in ("e2e", "bare"):  # the same schedule in both: the bare loop's only difference is runner's loop
         overrides += [f"trainer.max_steps={warmup + steps}", f"trainer.log_every_n_steps={spec['window']}",
                       "trainer.epochs=100000", "trainer.eval_every_n_epochs=0", "trainer.checkpoint_every_n_epochs=0",
                       f"trainer.checkpoint_dir={spec['scratch']}"]

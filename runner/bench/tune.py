@@ -246,3 +246,60 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
     command = JPEG_CACHE_COMMAND.format(src=data_root, dst=f"{data_root}-jpeg320")
     return (f"{head} Store smaller JPEGs once: `{command}`, then train with data.root={data_root}-jpeg320; "
             f"{JPEG_CACHE_EFFECT}.")
+
+
+def check_output(output: Path, loaded) -> bool:
+    """Refuse, before any trial, a file tune must not write; True when it replaces an earlier tune's file."""
+    from runner.errors import RunnerError, display_path
+
+    merged = [f.resolve() for f in loaded.files]
+    if output.resolve() in merged:
+        how = "is the experiment" if output.resolve() == merged[-1] else "is included by the experiment"
+        raise RunnerError(f"{display_path(output)} {how}; the tuned file includes the experiment, so it must be "
+                          "another file: name one with -o/--output (or remove that include).",
+                          file="command line", where="--output")
+    if output.exists() and not written_by_tune(output):
+        raise RunnerError(f"{display_path(output)} exists and was not written by runner tune, so it is not replaced; "
+                          "name another file with -o/--output, or move that one away.",
+                          file="command line", where="--output")
+    return output.exists()
+
+
+def write_tuned(output: Path, experiment: Path, overrides: list[str], result: TuneResult, measured: str) -> str:
+    """Write the tuned experiment file; return the command that runs the tuned setting.
+
+    The command repeats the tune's own overrides, except those a tuned key replaces: in the trials the
+    tuned keys were applied after them.
+    """
+    import os
+    import shlex
+
+    from runner.config.load import load_experiment
+    from runner.errors import RunnerError, display_path
+    from runner.files import write_text_atomic
+
+    tuned_keys = list(expanded(result.best.settings))
+    kept = [o for o in overrides if not any(_overlaps(_override_key(o), k) for k in tuned_keys)]
+    command = shlex.join(["runner", "launch", display_path(output), *kept])
+    include = os.path.relpath(os.path.abspath(experiment), os.path.abspath(output.parent))
+    header = "\n".join([shlex.join(["runner", "tune", display_path(experiment), *overrides]), measured,
+                        f"Run it: {command}",
+                        f"It includes {include} and sets only the tuned keys, which win over that file's."])
+    write_text_atomic(output, tuned_yaml(result, header, include))
+    # the file must run what was measured: the experiment with the tune's overrides, then the tuned keys
+    written = load_experiment(output, kept).resolved
+    measured_config = load_experiment(experiment, [*overrides, *as_overrides(result.best.settings)]).resolved
+    if written != measured_config:
+        differ = sorted(k for k in {*written, *measured_config} if written.get(k) != measured_config.get(k))
+        raise RunnerError(f"the written file does not resolve to the measured setting (sections {', '.join(differ)} "
+                          f"differ); run the experiment with these overrides instead: "
+                          f"{shlex.join([*overrides, *as_overrides(result.best.settings)])}.", file=output)
+    return command
+
+
+def _override_key(text: str) -> str:
+    return text.lstrip("~").partition("=")[0].strip()
+
+
+def _overlaps(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")

@@ -50,7 +50,7 @@ def run_children(path: str, plain: list[str], children, v, short: bool) -> int:
     global flags start fresh for every child); a Ctrl-C stops the running child at a step boundary and the sweep."""
     from runner.repro.sweep import child_overrides, run_name
 
-    parent = _parent_run(v, path, plain, children)
+    parent = _open_parent_run(v, path, plain, children)
     parent_id = parent.run_id if parent else None
     named = any(o.split("=", 1)[0].strip() == "tracking.run_name" for o in [*plain, *children[0].overrides])
     codes: list[int] = []
@@ -83,21 +83,14 @@ def _launch_child(path: str, overrides: list[str]) -> int:
         return proc.wait() or 128 + signal.SIGINT
 
 
-def _parent_run(v, path: str, plain: list[str], children):
-    if not v.config.tracking.enabled:
-        console.note("tracking is off (tracking.enabled: false): the runs are not grouped under a parent run.")
-        return None
-    from runner.tracking import MlflowTracker, resolve_tracking_uri
+def _open_parent_run(v, path: str, plain: list[str], children):
+    from runner.repro.sweep import open_parent_run
 
-    uri = resolve_tracking_uri(v.config.tracking.uri, v.loaded.where("tracking.uri"))
-    axes = " ".join(f"{k}={','.join(dict.fromkeys(c.values[i][1] for c in children))}"
-                    for i, (k, _) in enumerate(children[0].values))
-    tracker = MlflowTracker(uri, v.config.tracking.experiment, run_name=f"sweep {Path(path).stem}",
-                            tags={"runner.sweep": "parent", "runner.experiment_file": path,
-                                  "runner.overrides": " ".join([axes, *plain])})
-    tracker.start({"sweep.experiment": path, "sweep.axes": axes, "sweep.overrides": " ".join(plain),
-                   "sweep.runs": len(children)})
-    console.note(f"parent run {tracker.run_id} in experiment '{v.config.tracking.experiment}' at {uri}")
+    tracker = open_parent_run(v, path, plain, children)
+    if tracker is None:
+        console.note("tracking is off (tracking.enabled: false): the runs are not grouped under a parent run.")
+    else:
+        console.note(f"parent run {tracker.run_id} in experiment '{v.config.tracking.experiment}' at {tracker.uri}")
     return tracker
 
 

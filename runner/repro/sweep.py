@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 
 from runner.errors import ConfigError, RunnerError
 
@@ -126,3 +127,16 @@ def child_overrides(child: Child, plain: list[str], *, parent_run_id: str | None
     if parent_run_id is not None:
         out.append(f"tracking.tags[mlflow.parentRunId]='{parent_run_id}'")
     return out
+
+
+def open_parent_run(v, experiment: str, plain: list[str], children: list[Child]):
+    """The sweep's started MLflow parent run, its axes and overrides as tags and params; None with tracking off."""
+    from runner.tracking import parent_run
+
+    axes = " ".join(f"{k}={','.join(dict.fromkeys(c.values[i][1] for c in children))}"
+                    for i, (k, _) in enumerate(children[0].values))
+    return parent_run(v, run_name=f"sweep {Path(experiment).stem}",
+                      tags={"runner.sweep": "parent", "runner.experiment_file": experiment,
+                            "runner.overrides": " ".join([axes, *plain])},
+                      params={"sweep.experiment": experiment, "sweep.axes": axes, "sweep.overrides": " ".join(plain),
+                              "sweep.runs": len(children)})

@@ -5,13 +5,15 @@
 - mlflow_tracker: batches metrics in a background thread; survives the store going away
 - offline: runs kept on disk while the store was away, replayed by `runner tracking sync`
 - store: reading runs back (resume, reproduce, export, compare, sweep)
+- parent: the parent run that groups bench's and sweep's child runs
 """
 from runner.tracking.base import FinishResult, NullTracker, Tracker, create_tracker, sync_command
 from runner.tracking.mlflow_tracker import MlflowTracker
 from runner.tracking.offline import Bundle, list_bundles, load_bundle, sync_offline
+from runner.tracking.parent import parent_run
 from runner.tracking.store import StoredRun, open_store_run
 from runner.tracking.uri import OFFLINE_DIR, flatten, resolve_tracking_uri, server_command, store_env
 
 __all__ = ["Bundle", "FinishResult", "MlflowTracker", "NullTracker", "OFFLINE_DIR", "StoredRun", "Tracker",
-           "create_tracker", "flatten", "list_bundles", "load_bundle", "open_store_run", "resolve_tracking_uri",
-           "server_command", "store_env", "sync_command", "sync_offline"]
+           "create_tracker", "flatten", "list_bundles", "load_bundle", "open_store_run", "parent_run",
+           "resolve_tracking_uri", "server_command", "store_env", "sync_command", "sync_offline"]
