@@ -140,7 +140,7 @@ def prepare(suite) -> list:
     """Validate every entry, then make the data and caches they read (each once)."""
     from runner.bench.variants import cache_dir, size_note, variants
     from runner.launch import ensure_data
-    from runner.plan import data_root
+    from runner.data.paths import data_root
 
     validated = [_validate(suite, e) for e in suite.entries]
     noted, made = False, set()
@@ -251,7 +251,7 @@ def write_files(result, out_dir: Path, *, bench_md: bool) -> list[Path]:
 def _ensure_cache(v, dst: Path) -> None:
     from runner.progress import progress_bar
     from runner.data.cache import build_cache
-    from runner.plan import data_root
+    from runner.data.paths import data_root
 
     with progress_bar(f"decoding {data_root(v.config.data)} into {dst}") as progress:
         build_cache(data_root(v.config.data), dst, max_side=256, progress=progress)

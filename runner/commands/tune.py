@@ -35,7 +35,7 @@ def run(args) -> int:
     from runner.data.manifest import find_manifest
     from runner.errors import ConfigError, RunnerError
     from runner.launch import ensure_data
-    from runner.plan import data_root, split_dir
+    from runner.data.paths import data_root, split_dir
     from runner.telemetry import gpu_info
     from runner.validate import validate
 
