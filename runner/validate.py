@@ -8,12 +8,12 @@ from pathlib import Path
 from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import schedule_notes
 from runner.data.labels import LabelMap
-from runner.machine import processes_per_node, resolve_accelerator
-from runner.models import check_model
-from runner.optim import OPTIMIZERS, SCHEDULES
 from runner.data.splits import check_labels
 from runner.dist import Dist
 from runner.loaders.dali_plan import checked_pipelines
+from runner.machine import processes_per_node, resolve_accelerator
+from runner.models import check_model
+from runner.optim import OPTIMIZERS, SCHEDULES
 
 
 @dataclass(frozen=True)
