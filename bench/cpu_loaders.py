@@ -77,7 +77,7 @@ def ensure_data(overrides: tuple[str, ...]) -> Path:
     """The experiment's synthetic set (generated once; generate_synthetic returns at once when it exists)."""
     from runner.config import load_experiment
     from runner.data.synth import generate_synthetic
-    from runner.plan import synth_dir
+    from runner.data.paths import synth_dir
 
     s = load_experiment(EXPERIMENT, list(overrides)).config.data.synth
     root = synth_dir(s)

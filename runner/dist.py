@@ -4,18 +4,29 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where it is used: `runner validate` plans a run's ranks without loading it
 
 
 @dataclass(frozen=True)
 class Dist:
+    """A process's place in the run: this one's after setup(), or the one validation plans for (rank 0)."""
+    accelerator: str = "cpu"      # cpu | gpu
     rank: int = 0
     world: int = 1
     local_rank: int = 0
     local_world: int = 1
-    device: torch.device = torch.device("cpu")
+
+    @cached_property
+    def device(self) -> torch.device:
+        import torch
+
+        return torch.device("cuda", self.local_rank) if self.accelerator == "gpu" else torch.device("cpu")
 
     @property
     def main(self) -> bool:
@@ -33,20 +44,21 @@ def under_torchrun() -> bool:
 
 def setup(accelerator: str, timeout_s: float = 600) -> Dist:
     """Join the process group torchrun prepared (NCCL on GPU, gloo on CPU); world 1 needs none."""
+    import torch
+    import torch.distributed as dist
+
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    d = Dist(accelerator=accelerator, rank=rank, world=world, local_rank=local_rank, local_world=local_world)
     if accelerator == "gpu":
         torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if accelerator == "gpu" else "gloo"
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s),
-                                device_id=device if accelerator == "gpu" else None)
-    return Dist(rank=rank, world=world, local_rank=local_rank, local_world=local_world, device=device)
+                                device_id=d.device if accelerator == "gpu" else None)
+    return d
 
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "remote process exited",
@@ -55,18 +67,25 @@ _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken p
 
 def peer_failed(e: BaseException) -> bool:
     """Whether `e` is a collective failing because another rank died (gloo/NCCL report it this way)."""
+    import torch.distributed as dist
+
     if isinstance(e, dist.DistBackendError):
         return True
     return isinstance(e, RuntimeError) and any(s in str(e) for s in _PEER_GONE)
 
 
 def teardown() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
 def all_sum(values: list[float] | torch.Tensor, d: Dist) -> torch.Tensor:
     """Element-wise sum over ranks of a small vector (one collective; the caller's only sync point)."""
+    import torch
+    import torch.distributed as dist
+
     t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.float64)
     t = t.to(d.device, torch.float64)
     if d.enabled:
@@ -76,6 +95,8 @@ def all_sum(values: list[float] | torch.Tensor, d: Dist) -> torch.Tensor:
 
 def all_gather_objects(obj, d: Dist) -> list:
     """Every rank's `obj`, in rank order (used for per-rank loader state in checkpoints)."""
+    import torch.distributed as dist
+
     if not d.enabled:
         return [obj]
     out = [None] * d.world
@@ -84,6 +105,8 @@ def all_gather_objects(obj, d: Dist) -> list:
 
 
 def broadcast_object(obj, d: Dist):
+    import torch.distributed as dist
+
     if not d.enabled:
         return obj
     box = [obj]
@@ -92,5 +115,7 @@ def broadcast_object(obj, d: Dist):
 
 
 def barrier(d: Dist) -> None:
+    import torch.distributed as dist
+
     if d.enabled:
         dist.barrier()

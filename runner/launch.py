@@ -16,7 +16,7 @@ from pathlib import Path
 from runner import console
 from runner.errors import DataError
 from runner.machine import cpu_cores
-from runner.plan import split_dir, synth_dir
+from runner.data.paths import split_dir, synth_dir
 
 WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
 LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
@@ -40,7 +40,7 @@ def ensure_data(v, *, quiet: bool = False) -> None:
                                min_side=s.min_side, max_side=s.max_side, quality=s.quality,
                                progress=None if quiet else progress)
         return
-    from runner.plan import check_split_sizes, scan_split
+    from runner.data.splits import check_split_sizes, scan_split
 
     suffixes = {}
     for role in ("train", "eval"):
@@ -139,7 +139,7 @@ def run_params(v, world: int) -> dict[str, str]:
 def reader_suffixes(v, role: str) -> tuple[str, ...]:
     """The file endings the role's reader reads (its file_filters; DALI's defaults otherwise)."""
     from runner.data.scan import filter_suffixes
-    from runner.plan import reader_suffixes as graph_suffixes
+    from runner.loaders.dali_plan import reader_suffixes as graph_suffixes
 
     graph = v.graphs.get(role) if v.config.data.loader == "dali" else None
     return graph_suffixes(graph) if graph else filter_suffixes(None)
@@ -150,7 +150,7 @@ def log_run_inputs(v, tracker, world: int) -> None:
     from omegaconf import OmegaConf
 
     from runner import runinfo
-    from runner.plan import compiled_source
+    from runner.loaders.dali_plan import compiled_source
 
     tracker.set_tags(runinfo.run_tags(v, world))
     tracker.log_text(OmegaConf.to_yaml(v.loaded.resolved), "experiment.yaml")

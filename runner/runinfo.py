@@ -97,7 +97,7 @@ def run_tags(v, world: int) -> dict[str, str]:
 def _cache_tags(v) -> dict[str, str]:
     """`data.ROLE_cache`: what `runner data cache` made of the data a role reads, when it reads a cache."""
     from runner.data import manifest
-    from runner.plan import split_dir
+    from runner.data.paths import split_dir
 
     if v.config.data.loader == "synthetic":
         return {}
@@ -105,8 +105,8 @@ def _cache_tags(v) -> dict[str, str]:
 
 
 def seeds(cfg, world: int) -> dict[str, Any]:
-    """Every seed a run uses (see plan.pipeline_args and dsl.check for where they go)."""
-    from runner.plan import dali_seed
+    """Every seed a run uses (see loaders.dali_plan.pipeline_args and dsl.check for where they go)."""
+    from runner.loaders.dali_plan import dali_seed
 
     return {"seed.torch": cfg.seed, "seed.reader_shuffle": cfg.seed,
             "seed.dali_train": [dali_seed(cfg.seed, r, "train") for r in range(world)],

@@ -8,16 +8,18 @@ from pathlib import Path
 from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import schedule_notes
 from runner.data.labels import LabelMap
+from runner.data.splits import check_labels
+from runner.dist import Dist
+from runner.loaders.dali_plan import checked_pipelines
 from runner.machine import processes_per_node, resolve_accelerator
 from runner.models import check_model
 from runner.optim import OPTIMIZERS, SCHEDULES
-from runner.plan import Target, check_labels, checked_pipelines
 
 
 @dataclass(frozen=True)
 class Validated:
     loaded: LoadedExperiment
-    target: Target
+    target: Dist                                 # the ranks the run will have (this process: rank 0)
     processes: int
     graphs: dict = field(default_factory=dict)   # role -> CheckedGraph (DALI loader only)
     notes: tuple[str, ...] = ()                  # settings that run as written but may surprise
@@ -54,7 +56,7 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     trainer = loaded.config.trainer
     acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.where("trainer.accelerator"))
     procs = processes_per_node(trainer.devices, acc, loaded.where("trainer.devices")) if accelerator is None else 1
-    target = Target(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
+    target = Dist(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
     labels, notes = check_labels(loaded)
     return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs, labels=labels,

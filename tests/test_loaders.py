@@ -125,7 +125,7 @@ def listed(path: str) -> list[str]:
 
 @pytest.mark.parametrize("world,batch,share,copy", [(1, 5, 0.6, 3), (2, 4, 0.5, 2), (2, 6, 0.2, 1)])
 def test_a_hybrid_pipeline_makes_every_batch_from_both_copies(project, image_dataset, world, batch, share, copy):
-    from runner.plan import HYBRID as COPY
+    from runner.loaders.dali_plan import HYBRID as COPY
 
     v, loaders = hybrid_loaders(project, image_dataset, batch, share, world)
     base_files = listed(dict(v.graphs["train"].steps[0].node.kwargs)["file_list"].value)
@@ -149,7 +149,7 @@ def test_a_hybrid_pipeline_makes_every_batch_from_both_copies(project, image_dat
 
 @pytest.mark.parametrize("deal", ["smallest", "largest"])
 def test_a_hybrid_copy_can_be_dealt_the_smallest_or_largest_files(project, image_dataset, deal):
-    from runner.plan import HYBRID as COPY
+    from runner.loaders.dali_plan import HYBRID as COPY
 
     path = project / "experiments" / "hybrid.yaml"
     path.write_text(HYBRID.format(root=image_dataset, batch=4, share=0.75).replace(

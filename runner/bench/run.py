@@ -179,7 +179,7 @@ def prepare(suite: Suite, run_notes: Callable[[Any], None]) -> list:
     """Validate every entry, then make the data and caches they read (each once)."""
     from runner.bench.variants import cache_dir, size_note, variants
     from runner.launch import ensure_data
-    from runner.plan import data_root
+    from runner.data.paths import data_root
 
     validated = [_validate(suite, e) for e in suite.entries]
     noted, made = False, set()
@@ -256,7 +256,7 @@ def write_files(result: BenchResult, out_dir: Path, *, bench_md: bool) -> list[P
 
 def _ensure_cache(v, dst: Path) -> None:
     from runner.data.cache import build_cache
-    from runner.plan import data_root
+    from runner.data.paths import data_root
     from runner.progress import progress_bar
 
     with progress_bar(f"decoding {data_root(v.config.data)} into {dst}") as progress:

@@ -78,12 +78,13 @@ def knobs(v, processes: int = 1) -> list[Knob]:
 
 
 def baseline_settings(v, ks: list[Knob], processes: int = 1) -> dict[str, Any]:
-    from runner.plan import Target, dali_threads
+    from runner.dist import Dist
+    from runner.loaders.dali_plan import dali_threads
 
     train = v.loaded.pipelines["train"]
     current = {"pipelines.train.use": train.name, "data.prefetch": v.config.data.prefetch,
                CPU_SHARE: cpu_share(train),
-               "data.num_threads": dali_threads(v.config.data, Target(v.target.accelerator, local_world=processes))}
+               "data.num_threads": dali_threads(v.config.data, Dist(v.target.accelerator, local_world=processes))}
     for k in ks:
         if k.key.startswith("pipelines.train.params."):
             current[k.key] = train.params[k.key.rsplit(".", 1)[1]]

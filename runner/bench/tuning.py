@@ -45,7 +45,7 @@ def run_tune(req: TuneRequest, run_notes: Callable[[Any], None],
     from runner.errors import ConfigError
     from runner.files import check_writable
     from runner.launch import ensure_data
-    from runner.plan import data_root, split_dir
+    from runner.data.paths import data_root, split_dir
     from runner.telemetry import gpu_info
     from runner.validate import validate
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import ConfigError, did_you_mean
-from runner.plan import data_root
+from runner.data.paths import data_root
 
 
 @dataclass(frozen=True)

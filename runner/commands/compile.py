@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from runner import console
 from runner.commands.args import add_experiment, experiment_and_overrides, label_notes, run_notes
-from runner.plan import HYBRID, compiled_source
+from runner.loaders.dali_plan import HYBRID, compiled_source
 
 
 def register(sub) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from runner import console
 from runner.commands.args import label_notes, run_notes, split_overrides
 from runner.errors import RunnerError, display_path
-from runner.plan import HYBRID, data_root, hybrid_batches
+from runner.data.paths import data_root
+from runner.loaders.dali_plan import HYBRID, hybrid_batches
 from runner.validate import Validated
 
 
@@ -55,7 +56,7 @@ def print_validated(v: Validated) -> None:
     if v.labels is not None:
         rows.append(["labels", f"{len(v.labels)} classes, numbered by the class folders of "
                                f"{display_path(v.labels.folder)}; every split is labelled by class name"])
-    parts = dict(zip(("train", HYBRID), hybrid_batches(v.loaded))) if HYBRID in v.graphs else {}
+    parts = dict(zip(("train", HYBRID), hybrid_batches(cfg.data, cfg.pipelines.train.hybrid))) if HYBRID in v.graphs else {}
     for role, g in v.graphs.items():
         rows.append([f"{role} pipeline", f"{g.graph.name} ({display_path(g.graph.file) if not isinstance(g.graph.file, str) else g.graph.file}): "
                      f"{len(g.steps)} steps -> {', '.join(o.name for o in g.outputs)}; {g.target}"

@@ -20,7 +20,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.config.sections import Experiment, PipelineConfig
+from runner.config.sections import Experiment, HybridConfig, PipelineConfig
 from runner.config.yamlfile import YamlFile
 from runner.errors import ConfigError, did_you_mean, display_path, list_names
 from runner.typed import build
@@ -43,20 +43,7 @@ class PipelineSource:
     params: dict[str, Any]             # declared params, experiment overrides applied
     explicit_params: frozenset[str]    # the ones the experiment (or command line) set
     description: str = ""
-    hybrid: "HybridSource | None" = None
-
-
-@dataclass(frozen=True)
-class HybridSource:
-    """pipelines.train.hybrid: a copy of the graph, with `params` applied, making `share` of each batch."""
-    share: float
-    params: dict[str, Any]             # the copy's changed params
-    num_threads: int | str
-    deal: str                          # random | smallest | largest: which files the copy reads
-
-    def copy_of(self, source: PipelineSource) -> PipelineSource:
-        return dataclasses.replace(source, params={**source.params, **self.params}, hybrid=None,
-                                   explicit_params=source.explicit_params | frozenset(self.params))
+    hybrid: HybridConfig | None = None  # the train pipeline's copy (pipelines.train.hybrid), checked
 
 
 @dataclass(frozen=True)
@@ -361,8 +348,7 @@ def _pipeline(role: str, spec: PipelineConfig, experiment: Path, locate: _Source
         raise _error(locate, key, "sets no params, so the copy would be the same pipeline twice; set the "
                                   f"parameters the copy changes in '{key}.params', e.g. {{decode_device: cpu}}.")
     _check_param_names(locate, f"{key}.params", spec.hybrid.params, source.name, source.params)
-    return dataclasses.replace(source, hybrid=HybridSource(share=spec.hybrid.share, params=dict(spec.hybrid.params),
-                                                            num_threads=spec.hybrid.num_threads, deal=spec.hybrid.deal))
+    return dataclasses.replace(source, hybrid=spec.hybrid)
 
 
 def _graph_source(role: str, spec: PipelineConfig, experiment: Path, locate: _Sources) -> PipelineSource:

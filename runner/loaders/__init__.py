@@ -7,9 +7,12 @@ happy); an *eval* epoch covers this rank's shard exactly once (partial batches i
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+    from runner.dist import Dist
 
 
 class Loader(Protocol):
@@ -25,21 +28,22 @@ class Loader(Protocol):
     def close(self) -> None: ...
 
 
-def create_loader(v, role: str, d, *, state: Any = None, checkpointing: bool = False) -> Loader | None:
+def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bool = False) -> Loader | None:
     """The loader the experiment names, for `role` on this rank; None when there is no eval pipeline."""
-    from runner.plan import Target
-
-    kind = v.config.data.loader
-    target = Target(accelerator="gpu" if d.device.type == "cuda" else "cpu", rank=d.rank, world=d.world,
-                    local_rank=d.local_rank, local_world=d.local_world)
-    if kind == "dali":
+    cfg = v.config
+    if cfg.data.loader == "dali":
         from runner.loaders.dali import DaliLoader
+        from runner.loaders.dali_plan import checked_pipelines
 
-        return DaliLoader.create(v, role, target, d.device, state=state, checkpointing=checkpointing)
-    if kind == "torchvision":
+        graphs = checked_pipelines(v.loaded, d, roles=(role,))
+        if role not in graphs:
+            return None
+        return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, where=v.loaded.where,
+                                 state=state, checkpointing=checkpointing)
+    if cfg.data.loader == "torchvision":
         from runner.loaders.folder import FolderLoader
 
-        return FolderLoader.create(v, role, target, d.device, state=state)
+        return FolderLoader.create(v, role, d, state=state)
     from runner.loaders.synthetic import SyntheticLoader
 
-    return SyntheticLoader.create(v, role, target, d.device)
+    return SyntheticLoader.create(v, role, d)

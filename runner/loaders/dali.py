@@ -11,23 +11,29 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from runner import affinity
+from runner.config.sections import DataConfig, PipelinesConfig
+from runner.data.paths import split_dir
+from runner.dist import Dist
 from runner.errors import DataError, display_path
-from runner.plan import HYBRID, Target, checked_pipelines, pipeline_args, split_dir
+from runner.loaders.dali_plan import HYBRID, pipeline_args
+
+if TYPE_CHECKING:
+    from runner.dsl.compile import PipelineArgs
 
 
 class DaliLoader:
     """One DALI pipeline, or for a hybrid train pipeline (pipelines.train.hybrid) two, whose batches are
     concatenated: [base part | copy part]."""
 
-    def __init__(self, iterators: list, role: str, totals: list[int], batches: list[int], target: Target,
-                 device: torch.device, folder=None):
+    def __init__(self, iterators: list, role: str, totals: list[int], batches: list[int], target: Dist,
+                 folder=None):
         """`totals`: the samples each reader lists, over all shards (its epoch_size)."""
-        self.its, self.role, self.device, self.folder = iterators, role, device, folder
+        self.its, self.role, self.device, self.folder = iterators, role, target.device, folder
         world, rank = target.world, target.rank
         if sum(totals) == 0:
             raise DataError(f"the {role} pipeline's reader found no files.")
@@ -42,18 +48,23 @@ class DaliLoader:
             self.steps_per_epoch = -(-own // batches[0])
 
     @classmethod
-    def create(cls, v, role: str, target: Target, device: torch.device, *, state: Any = None,
-               checkpointing: bool = False) -> "DaliLoader | None":
-        graphs = checked_pipelines(v.loaded, target, roles=(role,))
-        if role not in graphs:
-            return None
+    def create(cls, data: DataConfig, pipelines: PipelinesConfig, graphs: dict, role: str, target: Dist, *,
+               seed: int, where: Callable[[str], dict], state: Any = None,
+               checkpointing: bool = False) -> "DaliLoader":
+        """`graphs`: the role's checked graphs (dali_plan.checked_pipelines), with a hybrid's copy under HYBRID;
+        `where`: the experiment's key locator, for errors about data keys."""
         parts = [role] + ([HYBRID] if role == "train" and HYBRID in graphs else [])
         states = state if isinstance(state, list) else [state] * len(parts)
-        folder = split_dir(v.config.data, role)
-        built = [_iterator(v, graphs[part], part, target, folder, states[i], checkpointing)
-                 for i, part in enumerate(parts)]
+        folder = split_dir(data, role)
+        built = []
+        for part, part_state in zip(parts, states):
+            args = pipeline_args(data, pipelines, part, target, seed,
+                                 checkpointing=checkpointing or part_state is not None)
+            if part_state is not None:
+                args = dataclasses.replace(args, checkpoint=part_state)
+            built.append(_iterator(data, graphs[part], args, target, folder, where))
         return cls([it for it, _, _ in built], role, [t for _, t, _ in built], [b for _, _, b in built], target,
-                   device, folder=folder)
+                   folder=folder)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
@@ -87,19 +98,16 @@ class DaliLoader:
         self.its = []
 
 
-def _iterator(v, graph, part: str, target: Target, folder, state: Any, checkpointing: bool):
+def _iterator(data: DataConfig, graph, args: PipelineArgs, target: Dist, folder, where: Callable[[str], dict]):
     """DALI's PyTorch iterator over one compiled pipeline: (iterator, reader epoch size, batch size)."""
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
     from runner.dsl.compile import build_pipeline
 
-    args = pipeline_args(v.loaded, part, target, checkpointing=checkpointing or state is not None)
-    if state is not None:
-        args = dataclasses.replace(args, checkpoint=state)
-    reserved = v.config.data.reserved_cores
+    reserved = data.reserved_cores
     if reserved:
         training, dali = affinity.core_split(reserved, target.local_rank, target.local_world,
-                                             v.loaded.where("data.reserved_cores"))
+                                             where("data.reserved_cores"))
         affinity.pin_dali_threads(dali, args.num_threads)
     before = affinity.thread_ids()
     pipe = build_pipeline(graph, args)
@@ -110,9 +118,9 @@ def _iterator(v, graph, part: str, target: Target, folder, state: Any, checkpoin
                                        last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
     except RuntimeError as e:
         raise_for_decode(e, graph.graph.role, folder)
-    if v.config.data.dali_nice:  # the native threads this pipeline started: DALI's, and its decoders' (nvImageCodec)
+    if data.dali_nice:  # the native threads this pipeline started: DALI's, and its decoders' (nvImageCodec)
         python_threads = {t.native_id for t in threading.enumerate()}
-        affinity.renice_threads(affinity.thread_ids() - before - python_threads, v.config.data.dali_nice)
+        affinity.renice_threads(affinity.thread_ids() - before - python_threads, data.dali_nice)
     return iterator, pipe.reader_meta(graph.reader_name)["epoch_size"], args.batch_size
 
 

@@ -10,7 +10,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from runner.errors import DataError, display_path
 from runner.machine import cpu_cores
-from runner.plan import Target, split_dir, train_label_map
+from runner.data.paths import split_dir
+from runner.data.splits import train_label_map
+from runner.dist import Dist
 
 
 def load_rgb(path: str):
@@ -90,7 +92,7 @@ class _ShardSampler(Sampler):
     """This rank's slice of a per-epoch permutation shared by all ranks (train), or a plain slice (eval), as
     (index, seed) pairs for SeededSamples."""
 
-    def __init__(self, n: int, target: Target, seed: int, shuffle: bool, batch: int, drop_last: bool):
+    def __init__(self, n: int, target: Dist, seed: int, shuffle: bool, batch: int, drop_last: bool):
         self.n, self.target, self.seed, self.shuffle = n, target, seed, shuffle
         per_rank = n // target.world if drop_last else -(-n // target.world)
         self.length = (per_rank // batch) * batch if drop_last else per_rank
@@ -121,12 +123,12 @@ class FolderLoader:
         self._epoch = 0
 
     @classmethod
-    def create(cls, v, role: str, target: Target, device: torch.device, *, state: Any = None) -> "FolderLoader":
+    def create(cls, v, role: str, target: Dist, *, state: Any = None) -> "FolderLoader":
         from torchvision.datasets import ImageFolder
 
         from runner.loaders.transforms import build_transforms
 
-        cfg = v.config.data
+        cfg, device = v.config.data, target.device
         tv = cfg.torchvision
         train_tf, eval_tf = build_transforms(tv, v.loaded.where)
         root = split_dir(cfg, role)

@@ -5,7 +5,7 @@ from typing import Any, Iterator
 
 import torch
 
-from runner.plan import Target
+from runner.dist import Dist
 
 
 class SyntheticLoader:
@@ -14,8 +14,8 @@ class SyntheticLoader:
         self.steps_per_epoch = steps
 
     @classmethod
-    def create(cls, v, role: str, target: Target, device: torch.device) -> "SyntheticLoader":
-        cfg = v.config
+    def create(cls, v, role: str, target: Dist) -> "SyntheticLoader":
+        cfg, device = v.config, target.device
         batch = cfg.data.batch_size if role == "train" else (cfg.data.eval_batch_size or cfg.data.batch_size)
         synth = cfg.data.synth
         # an "epoch" is as long as one over the synthetic JPEG set of the same settings

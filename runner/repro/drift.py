@@ -79,7 +79,7 @@ def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
     from runner.data.scan import fingerprint
     from runner.errors import DataError
     from runner.launch import reader_suffixes
-    from runner.plan import split_dir
+    from runner.data.paths import split_dir
 
     if v.config.data.loader == "synthetic" or (role == "eval" and "eval" not in v.graphs
                                                and v.config.data.loader == "dali"):

@@ -26,7 +26,7 @@ import yaml
 from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import find_pipeline, pipeline_search_path
 from runner.errors import ConfigError, RunnerError
-from runner.plan import BOUND_PARAMS
+from runner.loaders.dali_plan import BOUND_PARAMS
 from runner.tracking.store import RunRecord, read_artifact
 
 # tracking tags that say what a run *is* (a sweep child, a reproduction), not how it trains:

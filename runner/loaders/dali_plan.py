@@ -1,101 +1,28 @@
-"""From a loaded experiment to what a run on this machine will build: data paths, pipeline graphs
-checked for the target device, DALI pipeline arguments."""
+"""What the DALI loader builds for an experiment on this machine: its pipeline graphs checked for the target
+device, a hybrid train pipeline's two copies and the files dealt between them, the readers' file lists, and
+each pipeline's DALI arguments (read from the data section here, where they are used)."""
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.config import LoadedExperiment, PipelineSource
-from runner.config.sections import DataConfig, SynthConfig
+from runner.config.sections import DataConfig, HybridConfig, PipelinesConfig
 from runner.data.labels import LabelMap
-from runner.errors import ConfigError, display_path
+from runner.data.paths import split_dir
+from runner.data.splits import scan_split_at, train_label_map
+from runner.errors import ConfigError
 from runner.machine import cpu_cores
+
+if TYPE_CHECKING:
+    from runner.dist import Dist
+    from runner.dsl.compile import PipelineArgs
 
 # params a pipeline may declare that the runner fills in from the experiment
 BOUND_PARAMS = ("data_root",)
 
-
-@dataclass(frozen=True)
-class Target:
-    accelerator: str              # cpu | gpu
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    local_world: int = 1
-
-
-def synth_dir(synth: SynthConfig) -> Path:
-    """Where the generated dataset for these settings lives (one folder per setting)."""
-    from runner.data.synth import FORMAT  # a new generator version gets a new folder
-
-    name = (f"v{FORMAT}-c{synth.classes}-n{synth.per_class}-e{synth.eval_per_class}"
-            f"-s{synth.min_side}-{synth.max_side}-q{synth.quality}")
-    return Path(synth.dir) / name
-
-
-def data_root(data: DataConfig) -> Path:
-    return Path(data.root) if data.root else synth_dir(data.synth)
-
-
-def split_dir(data: DataConfig, role: str) -> Path:
-    return data_root(data) / (data.train_split if role == "train" else data.eval_split)
-
-
-def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | None = None):
-    """The reader's view of the role's split; a DataError names the experiment's data key as well as the folder."""
-    return scan_split_at(loaded, role, split_dir(loaded.config.data, role), suffixes)
-
-
-def scan_split_at(loaded: LoadedExperiment, role: str, folder: Path, suffixes: tuple[str, ...] | None = None):
-    """scan_split for the folder the role's reader reads (its split, unless the pipeline names another)."""
-    from runner.data.scan import filter_suffixes, scan_image_folder
-
-    with naming_data_key(loaded, role, folder):
-        return scan_image_folder(folder, suffixes or filter_suffixes(None))
-
-
-@contextmanager
-def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
-    """A DataError about the role's folder, raised inside, names the experiment's data key too."""
-    from runner.errors import DataError
-
-    data = loaded.config.data
-    try:
-        yield
-    except DataError as e:
-        key = "data.root"
-        if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
-            key = "data.train_split" if role == "train" else "data.eval_split"
-        raise DataError(f"{e.file}: {e.message}", **loaded.where(key)) from None
-
-
-def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]]) -> None:
-    """A DataError when the train split holds less than one batch for each of `world` processes, or DALI's eval
-    reader would have a process with no image (it refuses more shards than files)."""
-    from runner.errors import DataError
-
-    data = loaded.config.data
-    files = _readable_count(data, "train", suffixes["train"])
-    if files // world < data.batch_size:
-        fix = f"lower data.batch_size to at most {files // world}, or add images" if files >= world else "add images"
-        raise DataError(f"{data.batch_size} images per process for {world} process(es) need at least "
-                        f"{data.batch_size * world} training images, but {display_path(split_dir(data, 'train'))} "
-                        f"holds {files} that the reader reads; {fix}.", **loaded.where("data.batch_size"))
-    if "eval" in suffixes and data.loader == "dali" and loaded.config.trainer.eval_every_n_epochs:
-        files = _readable_count(data, "eval", suffixes["eval"])
-        if files < world:
-            raise DataError(f"{display_path(split_dir(data, 'eval'))} holds {files} image(s) that the reader reads, "
-                            f"fewer than the {world} processes that each evaluate a share of them (DALI's reader "
-                            "needs at least one per process); add images, or run fewer processes.",
-                            **loaded.where("data.eval_split"))
-
-
-def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> int:
-    from runner.data.skips import readable_files
-
-    return len(readable_files(split_dir(data, role), suffixes, keep_skipped=not data.skip_bad_files))
+HYBRID = "train.hybrid"  # the graphs key of the train pipeline's copy (pipelines.train.hybrid)
 
 
 def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
@@ -106,10 +33,14 @@ def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
     return dataclasses.replace(source, params=params)
 
 
-HYBRID = "train.hybrid"  # the graphs key of the train pipeline's copy (pipelines.train.hybrid)
+def hybrid_copy(source: PipelineSource) -> PipelineSource:
+    """The copy of a hybrid pipeline: its graph with the hybrid's params applied."""
+    changed = source.hybrid.params
+    return dataclasses.replace(source, params={**source.params, **changed}, hybrid=None,
+                               explicit_params=source.explicit_params | frozenset(changed))
 
 
-def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str, ...] | None = None) -> dict:
+def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, ...] | None = None) -> dict:
     """role -> CheckedGraph for the experiment's pipelines (all of them, or `roles`); a hybrid train pipeline
     adds its copy under HYBRID."""
     from runner.dsl.check import check_graph
@@ -127,7 +58,7 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str
         if source.hybrid is None:
             graphs[role] = _placed(graph, checked, target, reader_file_list(loaded, role, checked, labels), place)
             continue
-        copy = parse_pipeline(bind_params(source.hybrid.copy_of(source), loaded.config.data))
+        copy = parse_pipeline(bind_params(hybrid_copy(source), loaded.config.data))
         copy_checked = _check_shape(check_graph(copy, target="gpu", **place), role)
         base_list, copy_list = hybrid_file_lists(loaded, checked)
         graphs[role] = _placed(graph, checked, target, base_list, place)
@@ -135,7 +66,7 @@ def checked_pipelines(loaded: LoadedExperiment, target: Target, roles: tuple[str
     return graphs
 
 
-def _placed(graph, as_written, target: Target, files: str | None, place: dict):
+def _placed(graph, as_written, target: Dist, files: str | None, place: dict):
     """The graph checked for this machine: `as_written` (the GPU check) unless the CPU or a file list changes it."""
     from runner.dsl.check import check_graph
 
@@ -156,15 +87,21 @@ def _check_shape(checked, role: str):
     return checked
 
 
-def hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
+def hybrid_batches(data: DataConfig, hybrid: HybridConfig) -> tuple[int, int]:
     """(base, copy): how many images of each training batch each copy of a hybrid train pipeline makes."""
+    copy = round(data.batch_size * hybrid.share)
+    return data.batch_size - copy, copy
+
+
+def check_hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
+    """hybrid_batches, or a ConfigError at pipelines.train.hybrid.share when one copy would make no image."""
     batch, share = loaded.config.data.batch_size, loaded.pipelines["train"].hybrid.share
-    copy = round(batch * share)
+    base, copy = hybrid_batches(loaded.config.data, loaded.pipelines["train"].hybrid)
     if not 0 < copy < batch:
         raise ConfigError(f"{share:g} of a batch of {batch} (data.batch_size) is {copy} image(s), so one copy of the "
                           f"pipeline would make none; choose a share between {1 / batch:.3g} and {1 - 1 / batch:.3g}.",
                           **loaded.where("pipelines.train.hybrid.share"))
-    return batch - copy, copy
+    return base, copy
 
 
 def _first_operator(graph):
@@ -190,7 +127,7 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
         raise ConfigError("a hybrid pipeline deals the split's files between its two copies, so its reader must be "
                           "readers.file(file_root=...) without file_list or files.",
                           **loaded.where("pipelines.train.hybrid"))
-    base, copy = hybrid_batches(loaded)
+    base, copy = check_hybrid_batches(loaded)
     folder = split_dir(loaded.config.data, "train")
     if not folder.is_dir():
         return None, None
@@ -236,45 +173,7 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
     return str(path)
 
 
-def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
-    """The label map the train split's class folders define (data.labels), or None where no folder is read
-    (the synthetic loader) or the train split is not there yet."""
-    from runner.data.labels import load_label_map
-
-    data = loaded.config.data
-    folder = split_dir(data, "train")
-    if data.loader == "synthetic" or not folder.is_dir():
-        return None
-    with naming_data_key(loaded, "train", folder):
-        return load_label_map(folder)
-
-
-def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
-    """(the train split's label map or None, notes to print once): raises when the eval split holds classes the
-    train split lacks, or model.num_classes is below the class count. After checked_pipelines, whose scans of
-    the folders (with the readers' file filters) report a broken split first."""
-    from runner.data.labels import check_num_classes, extra_classes_error, missing_note, split_classes
-
-    labels = train_label_map(loaded)
-    if labels is None:
-        return None, []
-    data, notes = loaded.config.data, []
-    if data.loader == "torchvision":
-        scan_split(loaded, "train")
-    folder = split_dir(data, "eval")
-    reads_eval = data.loader == "torchvision" or loaded.config.pipelines.eval is not None
-    if reads_eval and folder.is_dir() and folder.resolve() != labels.folder.resolve():
-        with naming_data_key(loaded, "eval", folder):
-            extra, missing = split_classes(labels, folder)
-        if extra:
-            raise extra_classes_error(labels, folder, extra, loaded.where("data.root"))
-        if missing:
-            notes.append(missing_note(labels, folder, missing))
-    too_many = check_num_classes(loaded.config.model.num_classes, labels, loaded.where("model.num_classes"))
-    return labels, notes + ([too_many] if too_many else [])
-
-
-def dali_threads(data: DataConfig, target: Target) -> int:
+def dali_threads(data: DataConfig, target: Dist) -> int:
     """data.num_threads, or ~75% of this process's share of the cores (a common rule of thumb), or with
     data.reserved_cores every core of the share not reserved."""
     if data.num_threads != "auto":
@@ -291,21 +190,21 @@ def dali_seed(seed: int, rank: int, role: str) -> int:
     return seed + 1000 * rank + {"train": 0, "eval": 17, HYBRID: 29}[role]
 
 
-def pipeline_args(loaded: LoadedExperiment, role: str, target: Target, *, checkpointing: bool = False):
-    """`role`: train, eval or HYBRID (the hybrid train pipeline's copy)."""
+def pipeline_args(data: DataConfig, pipelines: PipelinesConfig, role: str, target: Dist, seed: int, *,
+                  checkpointing: bool = False) -> PipelineArgs:
+    """DALI's Pipeline arguments for `role`: train, eval or HYBRID (the hybrid train pipeline's copy)."""
     from runner.dsl.compile import PipelineArgs
 
-    data = loaded.config.data
     batch = data.batch_size if role == "train" else (data.eval_batch_size or data.batch_size)
     threads = dali_threads(data, target)
-    hybrid = loaded.pipelines["train"].hybrid if "train" in loaded.pipelines else None
+    hybrid = pipelines.train.hybrid
     if hybrid is not None and role in ("train", HYBRID):
-        batch = hybrid_batches(loaded)[role == HYBRID]
+        batch = hybrid_batches(data, hybrid)[role == HYBRID]
         if role == HYBRID and hybrid.num_threads != "auto":
             threads = int(hybrid.num_threads)
     return PipelineArgs(batch_size=batch, num_threads=threads,
                         device_id=target.local_rank if target.accelerator == "gpu" else None,
-                        seed=dali_seed(loaded.config.seed, target.rank, role),
+                        seed=dali_seed(seed, target.rank, role),
                         prefetch_queue_depth=data.prefetch, enable_checkpointing=checkpointing,
                         set_affinity=data.reserved_cores > 0)
 
@@ -315,11 +214,13 @@ def compiled_source(v, role: str) -> str:
     from runner.dsl.emit import emit_source
     from runner.errors import display_path
 
-    if v.config.data.loader != "dali":
-        raise ConfigError(f"data.loader is '{v.config.data.loader}': this experiment has no DALI pipeline to "
+    cfg = v.config
+    if cfg.data.loader != "dali":
+        raise ConfigError(f"data.loader is '{cfg.data.loader}': this experiment has no DALI pipeline to "
                           "compile. Set data.loader=dali.", **v.loaded.where("data.loader"))
     if role not in v.graphs:
         raise ConfigError(f"the experiment has no {role} pipeline (pipelines.{role} is not set).",
                           file=v.loaded.path, where=f"pipelines.{role}")
     origin = display_path(v.loaded.path) + (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else "")
-    return emit_source(v.graphs[role], pipeline_args(v.loaded, role, v.target), origin=origin)
+    return emit_source(v.graphs[role], pipeline_args(cfg.data, cfg.pipelines, role, v.target, cfg.seed),
+                       origin=origin)

@@ -1,0 +1,105 @@
+"""An experiment's splits as its readers see them: their scans, sizes and the label map the train split
+defines, with a DataError that names the experiment's data key as well as the folder."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from runner.config import LoadedExperiment
+from runner.config.sections import DataConfig
+from runner.data.labels import LabelMap
+from runner.data.paths import data_root, split_dir
+from runner.errors import display_path
+
+
+def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | None = None):
+    """The reader's view of the role's split; a DataError names the experiment's data key as well as the folder."""
+    return scan_split_at(loaded, role, split_dir(loaded.config.data, role), suffixes)
+
+
+def scan_split_at(loaded: LoadedExperiment, role: str, folder: Path, suffixes: tuple[str, ...] | None = None):
+    """scan_split for the folder the role's reader reads (its split, unless the pipeline names another)."""
+    from runner.data.scan import filter_suffixes, scan_image_folder
+
+    with naming_data_key(loaded, role, folder):
+        return scan_image_folder(folder, suffixes or filter_suffixes(None))
+
+
+@contextmanager
+def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
+    """A DataError about the role's folder, raised inside, names the experiment's data key too."""
+    from runner.errors import DataError
+
+    data = loaded.config.data
+    try:
+        yield
+    except DataError as e:
+        key = "data.root"
+        if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
+            key = "data.train_split" if role == "train" else "data.eval_split"
+        raise DataError(f"{e.file}: {e.message}", **loaded.where(key)) from None
+
+
+def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]]) -> None:
+    """A DataError when the train split holds less than one batch for each of `world` processes, or DALI's eval
+    reader would have a process with no image (it refuses more shards than files)."""
+    from runner.errors import DataError
+
+    data = loaded.config.data
+    files = _readable_count(data, "train", suffixes["train"])
+    if files // world < data.batch_size:
+        fix = f"lower data.batch_size to at most {files // world}, or add images" if files >= world else "add images"
+        raise DataError(f"{data.batch_size} images per process for {world} process(es) need at least "
+                        f"{data.batch_size * world} training images, but {display_path(split_dir(data, 'train'))} "
+                        f"holds {files} that the reader reads; {fix}.", **loaded.where("data.batch_size"))
+    if "eval" in suffixes and data.loader == "dali" and loaded.config.trainer.eval_every_n_epochs:
+        files = _readable_count(data, "eval", suffixes["eval"])
+        if files < world:
+            raise DataError(f"{display_path(split_dir(data, 'eval'))} holds {files} image(s) that the reader reads, "
+                            f"fewer than the {world} processes that each evaluate a share of them (DALI's reader "
+                            "needs at least one per process); add images, or run fewer processes.",
+                            **loaded.where("data.eval_split"))
+
+
+def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> int:
+    from runner.data.skips import readable_files
+
+    return len(readable_files(split_dir(data, role), suffixes, keep_skipped=not data.skip_bad_files))
+
+
+def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
+    """The label map the train split's class folders define (data.labels), or None where no folder is read
+    (the synthetic loader) or the train split is not there yet."""
+    from runner.data.labels import load_label_map
+
+    data = loaded.config.data
+    folder = split_dir(data, "train")
+    if data.loader == "synthetic" or not folder.is_dir():
+        return None
+    with naming_data_key(loaded, "train", folder):
+        return load_label_map(folder)
+
+
+def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
+    """(the train split's label map or None, notes to print once): raises when the eval split holds classes the
+    train split lacks, or model.num_classes is below the class count. After checked_pipelines, whose scans of
+    the folders (with the readers' file filters) report a broken split first."""
+    from runner.data.labels import check_num_classes, extra_classes_error, missing_note, split_classes
+
+    labels = train_label_map(loaded)
+    if labels is None:
+        return None, []
+    data, notes = loaded.config.data, []
+    if data.loader == "torchvision":
+        scan_split(loaded, "train")
+    folder = split_dir(data, "eval")
+    reads_eval = data.loader == "torchvision" or loaded.config.pipelines.eval is not None
+    if reads_eval and folder.is_dir() and folder.resolve() != labels.folder.resolve():
+        with naming_data_key(loaded, "eval", folder):
+            extra, missing = split_classes(labels, folder)
+        if extra:
+            raise extra_classes_error(labels, folder, extra, loaded.where("data.root"))
+        if missing:
+            notes.append(missing_note(labels, folder, missing))
+    too_many = check_num_classes(loaded.config.model.num_classes, labels, loaded.where("model.num_classes"))
+    return labels, notes + ([too_many] if too_many else [])
