@@ -29,6 +29,12 @@ def list_names(names: Iterable[str], limit: int = 12) -> str:
     return ", ".join(names[:limit]) + f", ... ({len(names)} in all)"
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (OmegaConf's `msg` without its key listing), no end stop."""
+    text = str(getattr(e, "msg", None) or e).strip()
+    return text.splitlines()[0].rstrip(".:") if text else type(e).__name__
+
+
 def display_path(path: str | Path | None) -> str | None:
     """A Path as the user would type it (relative to the working directory when below it).
 

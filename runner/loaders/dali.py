@@ -128,9 +128,9 @@ def decode_failure(error: Exception, role: str, folder) -> DataError:
     """DALI names no file when a decoder fails: find the files that do not decode and list them to skip."""
     from runner.data.scan import check_images
     from runner.data.skips import save_skip_list
-    from runner.dsl.compile import _first_lines
+    from runner.dsl.compile import dali_reason
 
-    reason = _first_lines(error, 4)
+    reason = dali_reason(error, 4)
     report = check_images(folder, start_method="spawn")  # forking next to DALI's threads can hang
     if not report.bad:
         return DataError(f"the {role} pipeline failed to decode an image ({reason}), but every file in the folder "

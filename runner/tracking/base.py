@@ -32,7 +32,7 @@ class FinishResult:
             return ""
         if self.delivered:
             return f"run {self.run_id} at {self.uri} (runner ui to browse)"
-        return f"{self.uri} did not answer; run kept in {_shown(self.bundle)}. Deliver it with: {self.sync_command}"
+        return f"{self.uri} did not answer; run kept in {shown_path(self.bundle)}. Deliver it with: {self.sync_command}"
 
 
 class Tracker(Protocol):
@@ -85,7 +85,7 @@ def create_tracker(cfg: TrackingConfig, *, rank: int, resume_run_id: str | None 
     return MlflowTracker(uri, cfg.experiment, run_name=cfg.run_name, tags=cfg.tags, resume_run_id=resume_run_id)
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     try:
         return "./" + str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -94,4 +94,4 @@ def _shown(path: Path) -> str:
 
 def sync_command(bundle: Path, uri: str) -> str:
     """The command that delivers `bundle` to `uri`."""
-    return f"runner tracking sync {shlex.quote(_shown(bundle))} --uri {shlex.quote(uri)}"
+    return f"runner tracking sync {shlex.quote(shown_path(bundle))} --uri {shlex.quote(uri)}"
