@@ -17,10 +17,6 @@ from runner.errors import ConfigError, did_you_mean, list_names
 Locator = Callable[[str], tuple[Any, int | None]]
 
 
-def no_location(_key: str) -> tuple[None, None]:
-    return None, None
-
-
 def bounded(default: Any = dataclasses.MISSING, *, gt: float | None = None, ge: float | None = None,
             lt: float | None = None, le: float | None = None, **kwargs) -> Any:
     """A dataclass field whose numeric value must lie in a range."""
