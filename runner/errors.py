@@ -1,12 +1,19 @@
 """User-facing errors: each carries where the mistake is (file, line, key path or pipeline step).
 
+`where` is always that key path or label, a string. A `locate` (a Locator) maps a key path to its file and
+line; `error_at(key, locate)` makes the file/line/where keyword arguments, passed on as `at`.
+
 The CLI prints `str(error)` as one paragraph and exits with code 2; nothing below the CLI prints.
 """
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+# key path -> (file, line) of the place that set it
+Locator = Callable[[str], tuple[Any, int | None]]
 
 
 def closest(name: str, choices: Iterable[str]) -> str | None:
@@ -46,6 +53,14 @@ def display_path(path: str | Path | None) -> str | None:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def error_at(key: str, locate: Locator | None = None, *, file: str | Path | None = None) -> dict[str, Any]:
+    """The file/line/where keyword arguments of an error about `key` (a key path, option or label)."""
+    line = None
+    if locate is not None:
+        file, line = locate(key)
+    return {"file": file, "line": line, "where": key}
 
 
 class RunnerError(Exception):

@@ -68,7 +68,7 @@ def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
         key = "data.root"
         if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
             key = "data.train_split" if role == "train" else "data.eval_split"
-        raise DataError(f"{e.file}: {e.message}", **loaded.where(key)) from None
+        raise DataError(f"{e.file}: {e.message}", **loaded.at(key)) from None
 
 
 def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]]) -> None:
@@ -82,14 +82,14 @@ def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, 
         fix = f"lower data.batch_size to at most {files // world}, or add images" if files >= world else "add images"
         raise DataError(f"{data.batch_size} images per process for {world} process(es) need at least "
                         f"{data.batch_size * world} training images, but {display_path(split_dir(data, 'train'))} "
-                        f"holds {files} that the reader reads; {fix}.", **loaded.where("data.batch_size"))
+                        f"holds {files} that the reader reads; {fix}.", **loaded.at("data.batch_size"))
     if "eval" in suffixes and data.loader == "dali" and loaded.config.trainer.eval_every_n_epochs:
         files = _readable_count(data, "eval", suffixes["eval"])
         if files < world:
             raise DataError(f"{display_path(split_dir(data, 'eval'))} holds {files} image(s) that the reader reads, "
                             f"fewer than the {world} processes that each evaluate a share of them (DALI's reader "
                             "needs at least one per process); add images, or run fewer processes.",
-                            **loaded.where("data.eval_split"))
+                            **loaded.at("data.eval_split"))
 
 
 def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> int:
@@ -163,7 +163,7 @@ def hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
     if not 0 < copy < batch:
         raise ConfigError(f"{share:g} of a batch of {batch} (data.batch_size) is {copy} image(s), so one copy of the "
                           f"pipeline would make none; choose a share between {1 / batch:.3g} and {1 - 1 / batch:.3g}.",
-                          **loaded.where("pipelines.train.hybrid.share"))
+                          **loaded.at("pipelines.train.hybrid.share"))
     return batch - copy, copy
 
 
@@ -189,7 +189,7 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
             or "files" in given:
         raise ConfigError("a hybrid pipeline deals the split's files between its two copies, so its reader must be "
                           "readers.file(file_root=...) without file_list or files.",
-                          **loaded.where("pipelines.train.hybrid"))
+                          **loaded.at("pipelines.train.hybrid"))
     base, copy = hybrid_batches(loaded)
     folder = split_dir(loaded.config.data, "train")
     if not folder.is_dir():
@@ -232,7 +232,7 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
 
     scan = scan_split_at(loaded, role, folder, reader_suffixes(graph))
     path, _ = labelled_file_list(scan, labels, keep_skipped=not loaded.config.data.skip_bad_files,
-                                 where=loaded.where("data.root"))
+                                 at=loaded.at("data.root"))
     return str(path)
 
 
@@ -267,10 +267,10 @@ def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
         with naming_data_key(loaded, "eval", folder):
             extra, missing = split_classes(labels, folder)
         if extra:
-            raise extra_classes_error(labels, folder, extra, loaded.where("data.root"))
+            raise extra_classes_error(labels, folder, extra, loaded.at("data.root"))
         if missing:
             notes.append(missing_note(labels, folder, missing))
-    too_many = check_num_classes(loaded.config.model.num_classes, labels, loaded.where("model.num_classes"))
+    too_many = check_num_classes(loaded.config.model.num_classes, labels, loaded.at("model.num_classes"))
     return labels, notes + ([too_many] if too_many else [])
 
 
@@ -317,7 +317,7 @@ def compiled_source(v, role: str) -> str:
 
     if v.config.data.loader != "dali":
         raise ConfigError(f"data.loader is '{v.config.data.loader}': this experiment has no DALI pipeline to "
-                          "compile. Set data.loader=dali.", **v.loaded.where("data.loader"))
+                          "compile. Set data.loader=dali.", **v.loaded.at("data.loader"))
     if role not in v.graphs:
         raise ConfigError(f"the experiment has no {role} pipeline (pipelines.{role} is not set).",
                           file=v.loaded.path, where=f"pipelines.{role}")

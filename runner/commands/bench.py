@@ -264,7 +264,7 @@ def _parent_run(v, suite, args):
 
     overrides = " ".join(suite.entries[0].overrides if suite.path is None else suite.overrides)
     name = f"bench suite {suite.name}" if suite.path is not None else f"bench {Path(args.experiment).stem}"
-    t = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri, v.loaded.where("tracking.uri")),
+    t = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri, v.loaded.at("tracking.uri")),
                       v.config.tracking.experiment, run_name=name,
                       tags={"runner.bench": "parent", "runner.overrides": overrides})
     t.start({"experiment": suite.entries[0].experiment if suite.path is None else str(suite.path),

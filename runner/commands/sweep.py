@@ -89,7 +89,7 @@ def _parent_run(v, path: str, plain: list[str], children):
         return None
     from runner.tracking import MlflowTracker, resolve_tracking_uri
 
-    uri = resolve_tracking_uri(v.config.tracking.uri, v.loaded.where("tracking.uri"))
+    uri = resolve_tracking_uri(v.config.tracking.uri, v.loaded.at("tracking.uri"))
     axes = " ".join(f"{k}={','.join(dict.fromkeys(c.values[i][1] for c in children))}"
                     for i, (k, _) in enumerate(children[0].values))
     tracker = MlflowTracker(uri, v.config.tracking.experiment, run_name=f"sweep {Path(path).stem}",

@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.sections import Experiment, PipelineConfig
 from runner.config.yamlfile import YamlFile
-from runner.errors import ConfigError, did_you_mean, display_path, first_line, list_names
+from runner.errors import ConfigError, Locator, did_you_mean, display_path, error_at, first_line, list_names
 from runner.typed import build
 
 PIPELINE_ROLES = ("train", "eval")
@@ -66,13 +66,12 @@ class LoadedExperiment:
     resolved: dict[str, Any]           # the merged, resolved YAML: what a re-run needs
     overrides: tuple[str, ...] = ()
     pipelines: dict[str, PipelineSource] = field(default_factory=dict)
-    locate: Callable[[str], tuple[Any, int | None]] = lambda key: (None, None)
+    locate: Locator = lambda key: (None, None)
     files: tuple[Path, ...] = ()       # the files merged, lowest precedence first: includes, then `path`
 
-    def where(self, key: str) -> dict[str, Any]:
+    def at(self, key: str) -> dict[str, Any]:
         """file/line/where keyword arguments for an error about `key`."""
-        file, line = self.locate(key)
-        return {"file": file, "line": line, "where": key}
+        return error_at(key, self.locate)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -99,7 +99,7 @@ def _iterator(v, graph, part: str, target: Target, folder, state: Any, checkpoin
     reserved = v.config.data.reserved_cores
     if reserved:
         training, dali = affinity.core_split(reserved, target.local_rank, target.local_world,
-                                             v.loaded.where("data.reserved_cores"))
+                                             v.loaded.at("data.reserved_cores"))
         affinity.pin_dali_threads(dali, args.num_threads)
     before = affinity.thread_ids()
     pipe = build_pipeline(graph, args)

@@ -70,14 +70,14 @@ class NullTracker:
 
 
 def create_tracker(cfg: TrackingConfig, *, rank: int, resume_run_id: str | None = None,
-                   where: dict | None = None) -> Tracker:
+                   at: dict | None = None) -> Tracker:
     """The tracker for this process: MLflow on rank 0 when enabled, a NullTracker otherwise.
 
     The URI is checked on every rank, so a bad one fails everywhere before any work starts.
     """
     if not cfg.enabled:
         return NullTracker()
-    uri = resolve_tracking_uri(cfg.uri, where=where)
+    uri = resolve_tracking_uri(cfg.uri, at=at)
     if rank != 0:
         return NullTracker()
     from runner.tracking.mlflow_tracker import MlflowTracker

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-from runner.errors import RunnerError, list_names
+from runner.errors import RunnerError, error_at, list_names
 from runner.tracking.uri import mlflow_client
 
 RUN_ID_LENGTH = 32
@@ -67,7 +67,7 @@ def store_uri(value: str | None) -> str:
 
     if value and "://" not in value and (value.endswith(".db") or Path(value).expanduser().is_file()):
         return f"sqlite:///{Path(value).expanduser().resolve()}"
-    return resolve_tracking_uri(value, where={"file": "command line", "where": "--uri"} if value else None)
+    return resolve_tracking_uri(value, at=error_at("--uri", file="command line") if value else None)
 
 
 def _local_store_path(uri: str) -> Path | None:

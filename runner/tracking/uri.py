@@ -43,13 +43,13 @@ def _suggest(value: str) -> str | None:
     return None
 
 
-def resolve_tracking_uri(uri: str | None, where: dict | None = None) -> str:
+def resolve_tracking_uri(uri: str | None, at: dict | None = None) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else ./mlflow.db (MLflow 3's default store), checked.
 
-    `where` (file=..., line=...) locates tracking.uri for the error message. A plain directory
+    `at` (file=..., line=...) locates tracking.uri for the error message. A plain directory
     becomes a file:// URI.
     """
-    label: dict[str, Any] = {"where": "tracking.uri", **(where or {})}
+    label: dict[str, Any] = {"where": "tracking.uri", **(at or {})}
     if not uri:
         uri = os.environ.get("MLFLOW_TRACKING_URI") or None
         label = {"where": "$MLFLOW_TRACKING_URI"}
