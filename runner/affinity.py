@@ -16,7 +16,7 @@ PROCESS_CORES = sorted(os.sched_getaffinity(0))  # taken before this module pins
 _split: dict[tuple[int, int, int], tuple[list[int], list[int]]] = {}
 
 
-def core_split(reserved: int, local_rank: int, local_world: int, where: dict) -> tuple[list[int], list[int]]:
+def core_split(reserved: int, local_rank: int, local_world: int, at: dict) -> tuple[list[int], list[int]]:
     """(training cores, DALI cores): this process's slice of the cores, taken once, before any pinning."""
     from runner.errors import ConfigError
 
@@ -28,7 +28,7 @@ def core_split(reserved: int, local_rank: int, local_world: int, where: dict) ->
         if reserved >= len(mine):
             raise ConfigError(f"{reserved} reserved core(s) leave DALI's threads none: this process has {len(mine)} "
                               f"core(s) ({len(cores)} shared by {local_world} process(es) on this node). Reserve fewer, "
-                              "or 0 to leave threads unpinned.", **where)
+                              "or 0 to leave threads unpinned.", **at)
         _split[key] = (mine[:reserved], mine[reserved:])
     return _split[key]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 
 from runner import console
 from runner.commands import COMMANDS, load_command
@@ -32,11 +33,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args) or 0
     except RunnerError as e:
+        if os.environ.get("RUNNER_DEBUG") == "1":
+            console.err.print(full_traceback(e), markup=False, highlight=False, end="")
         console.error(str(e))
         return e.exit_code
     except KeyboardInterrupt:
         console.error("interrupted.")
         return 130
+
+
+def full_traceback(error: BaseException) -> str:
+    """The traceback with every cause, also those `raise ... from None` hides (shown with RUNNER_DEBUG=1)."""
+    seen, e = set(), error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__suppress_context__ = False
+        e = e.__cause__ or e.__context__
+    return "".join(traceback.format_exception(error))
 
 
 if __name__ == "__main__":

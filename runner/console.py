@@ -31,6 +31,11 @@ def table(title: str | None, columns: list[str], rows: list[list], *, justify_nu
     return t
 
 
+def percent(share: float | None, missing: str = "-") -> str:
+    """A share (0-1) as a table cell, 0.123 -> '12.3%'; `missing` where there is no value."""
+    return missing if share is None else f"{100 * share:.1f}%"
+
+
 def interactive() -> bool:
     """True when stdout is a terminal a person watches (live bars), False for logs and pipes."""
     return sys.stdout.isatty() and out.is_terminal

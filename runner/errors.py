@@ -1,12 +1,19 @@
 """User-facing errors: each carries where the mistake is (file, line, key path or pipeline step).
 
+`where` is always that key path or label, a string. A `locate` (a Locator) maps a key path to its file and
+line; `error_at(key, locate)` makes the file/line/where keyword arguments, passed on as `at`.
+
 The CLI prints `str(error)` as one paragraph and exits with code 2; nothing below the CLI prints.
 """
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+# key path -> (file, line) of the place that set it
+Locator = Callable[[str], tuple[Any, int | None]]
 
 
 def closest(name: str, choices: Iterable[str]) -> str | None:
@@ -29,6 +36,12 @@ def list_names(names: Iterable[str], limit: int = 12) -> str:
     return ", ".join(names[:limit]) + f", ... ({len(names)} in all)"
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (OmegaConf's `msg` without its key listing), no end stop."""
+    text = str(getattr(e, "msg", None) or e).strip()
+    return text.splitlines()[0].rstrip(".:") if text else type(e).__name__
+
+
 def display_path(path: str | Path | None) -> str | None:
     """A Path as the user would type it (relative to the working directory when below it).
 
@@ -40,6 +53,14 @@ def display_path(path: str | Path | None) -> str | None:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def error_at(key: str, locate: Locator | None = None, *, file: str | Path | None = None) -> dict[str, Any]:
+    """The file/line/where keyword arguments of an error about `key` (a key path, option or label)."""
+    line = None
+    if locate is not None:
+        file, line = locate(key)
+    return {"file": file, "line": line, "where": key}
 
 
 class RunnerError(Exception):

@@ -183,7 +183,7 @@ def run_worker(v, *, resume: str | None = None) -> int:
         from runner.tracking import create_tracker
 
         tracker = create_tracker(v.config.tracking, rank=d.rank, resume_run_id=run_id,
-                                 where=v.loaded.where("tracking.uri"))
+                                 at=v.loaded.at("tracking.uri"))
         if d.main:
             run_id = tracker.start(run_params(v, d.world)) or run_id or uuid.uuid4().hex
             if not state:

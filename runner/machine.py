@@ -32,24 +32,24 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_accelerator(requested: str, where: dict | None = None) -> str:
+def resolve_accelerator(requested: str, at: dict | None = None) -> str:
     """'cpu' or 'gpu' for trainer.accelerator (auto picks the GPU when there is one)."""
     gpus = visible_gpus()
     if requested == "gpu" and gpus == 0:
         raise MachineError(
             "the experiment asks for a GPU (trainer.accelerator: gpu) but this machine has none that CUDA "
             "can use (NVML found no device, or CUDA_VISIBLE_DEVICES hides them). Set trainer.accelerator=auto "
-            "to fall back to the CPU, or run on a GPU machine.", **(where or {}))
+            "to fall back to the CPU, or run on a GPU machine.", **(at or {}))
     if requested == "auto":
         return "gpu" if gpus else "cpu"
     return requested
 
 
-def processes_per_node(devices: int | str, accelerator: str, where: dict | None = None) -> int:
+def processes_per_node(devices: int | str, accelerator: str, at: dict | None = None) -> int:
     """trainer.devices -> how many processes to start on this node."""
     if devices == "auto":
         return visible_gpus() if accelerator == "gpu" else 1
     if accelerator == "gpu" and devices > visible_gpus():
         raise MachineError(f"trainer.devices is {devices} but this machine has {visible_gpus()} visible GPU(s). "
-                           "Use trainer.devices=auto or a smaller number.", **(where or {}))
+                           "Use trainer.devices=auto or a smaller number.", **(at or {}))
     return int(devices)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from runner.config.sections import ModelConfig
-from runner.errors import ConfigError
+from runner.errors import ConfigError, Locator, error_at
 from runner.registry import Registry
 
 MODELS: Registry[Callable[..., Any]] = Registry("model")
@@ -30,11 +30,11 @@ for _name in _TORCHVISION:
     MODELS.add(_name, _torchvision_builder(_name))
 
 
-def check_model(cfg: ModelConfig, where: Callable[[str], dict] = lambda key: {"where": key}) -> None:
+def check_model(cfg: ModelConfig, locate: Locator | None = None) -> None:
     """Raise ConfigError for an unknown model, or kwargs its constructor rejects (checked on 'meta').
 
-    `where(key)` gives the file/line/where of a key for the error."""
-    build = MODELS.get(cfg.name, **where("model.name"))
+    `locate(key)` gives the file and line of a key for the error."""
+    build = MODELS.get(cfg.name, **error_at("model.name", locate))
     if cfg.kwargs:
         import torch
 
@@ -45,7 +45,7 @@ def check_model(cfg: ModelConfig, where: Callable[[str], dict] = lambda key: {"w
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".!")
             raise ConfigError(f"{cfg.name} does not accept these arguments: {reason}. It takes: "
                               f"{', '.join(accepted_kwargs(cfg.name)) or 'no extra arguments'}.",
-                              **where("model.kwargs")) from None
+                              **error_at("model.kwargs", locate)) from None
 
 
 def accepted_kwargs(name: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Registry: the only way a name written in YAML becomes code."""
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -37,8 +38,14 @@ class Registry(Generic[T]):
                 f"Valid {self.kind}s: {list_names(self.names(), limit=40)}.",
                 file=file, line=line, where=where) from None
 
-    def names(self) -> list[str]:
-        return sorted(self._entries)
+    def names(self, pattern: str | None = None) -> list[str]:
+        """Sorted names; with `pattern`, those containing it, or matching it as a glob when it has * ? or [."""
+        names = sorted(self._entries)
+        if not pattern:
+            return names
+        if any(c in pattern for c in "*?["):
+            return [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        return [n for n in names if pattern in n]
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

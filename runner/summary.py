@@ -4,10 +4,6 @@ from __future__ import annotations
 from runner import console
 
 
-def _pct(x) -> str:
-    return "" if x is None else f"{100 * x:.1f}%"
-
-
 def print_summary(v, result, finished) -> None:
     """The final table: what was trained, how fast, how well, and where it was recorded."""
     m = result.metrics
@@ -17,13 +13,13 @@ def print_summary(v, result, finished) -> None:
         ["epochs / steps", f"{result.epochs} / {result.steps}"],
         ["wall time", f"{result.seconds:.1f} s"],
         ["images/s (last epoch)", f"{m.get('epoch/images_per_s', 0):,.0f}"],
-        ["data wait (last epoch)", _pct(m.get("epoch/data_wait_share"))],
+        ["data wait (last epoch)", console.percent(m.get("epoch/data_wait_share"), missing="")],
     ]
     if "epoch/gpu_util_pct" in m:
         rows.append(["GPU utilization (last epoch)", f"{m['epoch/gpu_util_pct']:.0f}%"])
     if "eval/top1" in m:
-        rows += [["eval top-1", _pct(m["eval/top1"])], ["eval top-5", _pct(m["eval/top5"])],
-                 ["eval loss", f"{m['eval/loss']:.4f}"]]
+        rows += [["eval top-1", console.percent(m["eval/top1"], missing="")],
+                 ["eval top-5", console.percent(m["eval/top5"], missing="")], ["eval loss", f"{m['eval/loss']:.4f}"]]
     if result.checkpoint:
         rows.append(["checkpoint", str(result.checkpoint)])
     if finished.message:  # empty when tracking is off

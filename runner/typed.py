@@ -8,17 +8,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal, Union
 
-from runner.errors import ConfigError, did_you_mean, list_names
-
-# key path -> (file, line) of the place that set it
-Locator = Callable[[str], tuple[Any, int | None]]
-
-
-def no_location(_key: str) -> tuple[None, None]:
-    return None, None
+from runner.errors import ConfigError, Locator, did_you_mean, list_names
 
 
 def bounded(default: Any = dataclasses.MISSING, *, gt: float | None = None, ge: float | None = None,

@@ -34,17 +34,17 @@ class Validated:
 def check_names(loaded: LoadedExperiment) -> None:
     """Model, optimizer and scheduler names resolve through their registries."""
     cfg = loaded.config
-    check_model(cfg.model, loaded.where)
-    OPTIMIZERS.get(cfg.optimizer.name, **loaded.where("optimizer.name"))
-    SCHEDULES.get(cfg.scheduler.name, **loaded.where("scheduler.name"))
+    check_model(cfg.model, loaded.locate)
+    OPTIMIZERS.get(cfg.optimizer.name, **loaded.at("optimizer.name"))
+    SCHEDULES.get(cfg.scheduler.name, **loaded.at("scheduler.name"))
     if cfg.tracking.enabled:
         from runner.tracking import resolve_tracking_uri
 
-        resolve_tracking_uri(cfg.tracking.uri, loaded.where("tracking.uri"))
+        resolve_tracking_uri(cfg.tracking.uri, loaded.at("tracking.uri"))
     if cfg.data.loader == "torchvision":
         from runner.loaders.transforms import check_transforms
 
-        check_transforms(cfg.data.torchvision, loaded.where)
+        check_transforms(cfg.data.torchvision, loaded.locate)
 
 
 def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
@@ -54,8 +54,8 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     loaded = load_experiment(path, overrides)
     check_names(loaded)
     trainer = loaded.config.trainer
-    acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.where("trainer.accelerator"))
-    procs = processes_per_node(trainer.devices, acc, loaded.where("trainer.devices")) if accelerator is None else 1
+    acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.at("trainer.accelerator"))
+    procs = processes_per_node(trainer.devices, acc, loaded.at("trainer.devices")) if accelerator is None else 1
     target = Dist(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
     labels, notes = check_labels(loaded)

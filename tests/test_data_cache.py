@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from runner.data.cache import build_cache, cached_size, read_cache_marker
-from runner.data.scan import DEFAULT_SKIP_LIST, _decode, read_skip_list, scan_image_folder
+from runner.data.scan import DEFAULT_SKIP_LIST, try_decode, read_skip_list, scan_image_folder
 from runner.errors import DataError
 from tests.conftest import run_cli
 
@@ -158,7 +158,7 @@ def test_files_that_do_not_decode_are_skipped_and_listed(src, tmp_path):
     (src / "val" / "c2" / "901.jpg").write_text("not an image at all")
     s = build_cache(src, tmp_path / "cache", max_side=MAX_SIDE, workers=2)
     reasons = {issue.path: issue.reason for issue in s.skipped}
-    assert reasons == {p: _decode(str(src / p))[0] for p in ("train/c1/900.jpg", "val/c2/901.jpg")}
+    assert reasons == {p: try_decode(str(src / p))[0] for p in ("train/c1/900.jpg", "val/c2/901.jpg")}
     assert reasons["val/c2/901.jpg"] == "not an image (a text file: 'not an image at all')"
     assert reasons["train/c1/900.jpg"].startswith("truncated JPEG")
     assert s.images == 18 and not (tmp_path / "cache" / "train" / "c1" / "900.jpg.npy").exists()
@@ -250,7 +250,7 @@ def test_jpeg_cache_is_an_image_folder_of_smaller_jpegs_with_a_manifest(src, tmp
     assert jpeg_files(dst) == sorted(str(p.relative_to(src)) for p in src.rglob("*.jpg")
                                      if p.name not in ("900.jpg", "901.jpg"))
     assert {issue.path: issue.reason for issue in s.skipped} == {
-        p: _decode(str(src / p))[0] for p in ("train/c1/900.jpg", "val/c2/901.jpg")}
+        p: try_decode(str(src / p))[0] for p in ("train/c1/900.jpg", "val/c2/901.jpg")}
     assert read_skip_list(dst / DEFAULT_SKIP_LIST) == {"train/c1/900.jpg", "val/c2/901.jpg"}
     copied = 0
     for name in jpeg_files(dst):

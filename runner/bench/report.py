@@ -8,6 +8,7 @@ from pathlib import Path
 
 from runner.bench.stats import Spread, ratios, spread
 from runner.bench.suite import BenchResult, Row
+from runner.console import percent
 
 COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
            "training thread busy / queued", "bare-loop img/s", "runner/bare", "errors"]
@@ -37,10 +38,6 @@ def _num(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
 def _util(x: float) -> str:
     return f"{x:.0f}%"
 
@@ -52,11 +49,11 @@ def rows(result: BenchResult) -> list[list[str]]:
     for r in result.rows:
         overhead = spread(ratios(r.runs.get("e2e", []), r.runs.get("bare", [])))
         cells = [_cell(r.stat("loader", "images_per_s"), n, _num), _cell(r.stat("e2e", "images_per_s"), n, _num),
-                 "-" if r.is_ceiling else _cell(result.share(r), n, _pct, lambda x: f"{100 * x:.1f}"),
+                 "-" if r.is_ceiling else _cell(result.share(r), n, percent, lambda x: f"{100 * x:.1f}"),
                  _cell(r.stat("e2e", "gpu_util_pct"), n, _util, lambda x: f"{x:.0f}"),
-                 _cell(r.stat("e2e", "data_wait_share"), n, _pct, lambda x: f"{100 * x:.1f}"), _threads(r, n),
-                 _cell(r.stat("bare", "images_per_s"), n, _num), _cell(overhead, n, _pct, lambda x: f"{100 * x:.1f}"),
-                 _errors(r, n)]
+                 _cell(r.stat("e2e", "data_wait_share"), n, percent, lambda x: f"{100 * x:.1f}"), _threads(r, n),
+                 _cell(r.stat("bare", "images_per_s"), n, _num),
+                 _cell(overhead, n, percent, lambda x: f"{100 * x:.1f}"), _errors(r, n)]
         head = [r.name, r.description] if result.suite is None else \
             [r.name, r.description, "-" if r.is_ceiling or not r.ceiling else r.ceiling]
         out.append([*head, *cells])

@@ -42,7 +42,7 @@ def torchvision_size(v) -> tuple[int, int]:
 
     from runner.loaders.transforms import build_transforms
 
-    train, _ = build_transforms(v.config.data.torchvision, v.loaded.where)
+    train, _ = build_transforms(v.config.data.torchvision, v.loaded.locate)
     out = train(Image.new("RGB", (320, 240)))
     return tuple(out.shape[-2:]) if hasattr(out, "shape") else out.size[::-1]
 

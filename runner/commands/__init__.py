@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-COMMANDS = ["validate", "compile", "ops", "data", "launch", "resume", "bench", "tune", "ui", "tracking",
+COMMANDS = ["validate", "compile", "ops", "models", "data", "launch", "resume", "bench", "tune", "ui", "tracking",
             "reproduce", "export", "compare", "sweep"]
 
 

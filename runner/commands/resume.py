@@ -15,12 +15,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.errors import DataError
+    from runner.errors import DataError, error_at
     from runner.launch import launch
     from runner.tracking import open_store_run, resolve_tracking_uri
     from runner.validate import validate
 
-    uri = resolve_tracking_uri(args.uri, {"file": "command line", "where": "--uri"} if args.uri else None)
+    uri = resolve_tracking_uri(args.uri, error_at("--uri", file="command line") if args.uri else None)
     stored = open_store_run(uri, args.run_id)
     checkpoint = stored.tags.get("runner.checkpoint")
     if not checkpoint or not Path(checkpoint).is_file():

@@ -17,10 +17,11 @@ def register(sub) -> None:
 
 
 def sync(args) -> int:
+    from runner.errors import error_at
     from runner.tracking import load_bundle, resolve_tracking_uri, sync_offline
 
-    where = {"file": "command line", "where": "--uri"}
-    uri = resolve_tracking_uri(args.uri or load_bundle(args.bundle).meta["uri"], where=where)
+    uri = resolve_tracking_uri(args.uri or load_bundle(args.bundle).meta["uri"],
+                               at=error_at("--uri", file="command line"))
     run_id = sync_offline(args.bundle, uri)
     console.out.print(f"[green]synced[/] {args.bundle} -> run {run_id} at {uri}")
     return 0

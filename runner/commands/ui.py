@@ -15,9 +15,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from runner.errors import error_at
     from runner.tracking import resolve_tracking_uri, server_command, store_env
 
-    uri = resolve_tracking_uri(args.uri, where={"file": "command line", "where": "--uri"} if args.uri else None)
+    uri = resolve_tracking_uri(args.uri, at=error_at("--uri", file="command line") if args.uri else None)
     if uri.startswith(("http://", "https://", "databricks")):
         console.out.print(f"{uri} is a tracking server already: open it in a browser.")
         return 0

@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.sections import Experiment, HybridConfig, PipelineConfig
 from runner.config.yamlfile import YamlFile
-from runner.errors import ConfigError, did_you_mean, display_path, list_names
+from runner.errors import ConfigError, Locator, did_you_mean, display_path, error_at, first_line, list_names
 from runner.typed import build
 
 PIPELINE_ROLES = ("train", "eval")
@@ -53,13 +53,12 @@ class LoadedExperiment:
     resolved: dict[str, Any]           # the merged, resolved YAML: what a re-run needs
     overrides: tuple[str, ...] = ()
     pipelines: dict[str, PipelineSource] = field(default_factory=dict)
-    locate: Callable[[str], tuple[Any, int | None]] = lambda key: (None, None)
+    locate: Locator = lambda key: (None, None)
     files: tuple[Path, ...] = ()       # the files merged, lowest precedence first: includes, then `path`
 
-    def where(self, key: str) -> dict[str, Any]:
+    def at(self, key: str) -> dict[str, Any]:
         """file/line/where keyword arguments for an error about `key`."""
-        file, line = self.locate(key)
-        return {"file": file, "line": line, "where": key}
+        return error_at(key, self.locate)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +120,7 @@ def _parse_override(text: str) -> tuple[str, Any]:
         # not resolved here: `${...}` in a value is resolved with the rest of the config
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]), resolve=False)["x"]
     except (OmegaConfBaseException, yaml.YAMLError) as e:
-        problem = getattr(e, "problem", None) or _first_line(e)
+        problem = getattr(e, "problem", None) or first_line(e)
         raise ConfigError(f"cannot parse the value as YAML: {problem}. Write a YAML value such as 0.05, true, "
                           "[0.9, 0.99] or {dropout: 0.2}, and quote the whole argument in the shell.",
                           file=f"command line '{text}'", where=key) from None
@@ -144,7 +143,7 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         file, line = locate(key)
-        raise ConfigError(f"cannot resolve interpolation: {_first_line(e)}.",
+        raise ConfigError(f"cannot resolve interpolation: {first_line(e)}.",
                           file=file, line=line, where=key) from None
     config = build(Experiment, resolved, "", locate)
     check_consistency(config, locate)
@@ -176,12 +175,8 @@ def _apply_override(merged: Any, key: str, value: Any, text: str) -> None:
             del node[last]  # a list or mapping node refuses a value of another kind; replace it
         OmegaConf.update(merged, key, value, merge=False, force_add=True)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"cannot apply this override: {_first_line(e)}.", file=f"command line '{text}'",
+        raise ConfigError(f"cannot apply this override: {first_line(e)}.", file=f"command line '{text}'",
                           where=key) from None
-
-
-def _first_line(e: Exception) -> str:
-    return str(getattr(e, "msg", None) or e).splitlines()[0].rstrip(".")
 
 
 def check_consistency(cfg: Experiment, locate: Callable[[str], tuple[Any, int | None]]) -> None:
@@ -387,7 +382,7 @@ def _pipeline_from_file(role: str, spec: PipelineConfig, experiment: Path, locat
     try:
         data = OmegaConf.to_container(src.config, resolve=True)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"cannot resolve interpolation: {_first_line(e)}.", file=path) from None
+        raise ConfigError(f"cannot resolve interpolation: {first_line(e)}.", file=path) from None
     body = build(_PipelineFile, data, "", lambda k: (path, src.line(k)))
     _check_param_names(locate, f"{key}.params", spec.params, spec.use, body.params)
     return PipelineSource(

@@ -1,7 +1,7 @@
 """The experiment schema: one frozen dataclass per YAML section.
 
-Field comments are the documentation users see in `runner validate --explain`-style errors, so
-they say what a value means, not how it is used.
+Field comments document each key for the people who write experiments, so they say what a value
+means, not how it is used.
 """
 from __future__ import annotations
 

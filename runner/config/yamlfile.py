@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, first_line
 
 _INDEX = re.compile(r"\[(\d+)\]")
 
@@ -31,7 +31,7 @@ class YamlFile:
         try:
             self.config: DictConfig = OmegaConf.create(text) if self.node is not None else OmegaConf.create({})
         except Exception as e:  # omegaconf rejects some YAML that PyYAML accepts (e.g. non-string keys)
-            raise ConfigError(f"cannot be loaded as a config: {_first_line(e)}.", file=path) from None
+            raise ConfigError(f"cannot be loaded as a config: {first_line(e)}.", file=path) from None
 
     def line(self, key: str) -> int | None:
         """1-based line of `key` ("a.b[2].c"), or of its deepest existing parent."""
@@ -91,13 +91,9 @@ def _read(path: Path, what: str) -> str:
         raise ConfigError(f"cannot read {what}: {e.strerror}.", file=path) from None
 
 
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0].rstrip(".:") if str(e).strip() else type(e).__name__
-
-
 def _syntax_problem(e: yaml.YAMLError) -> str:
     """PyYAML's problem, where the construct it was reading began, and the usual cause."""
-    problem = getattr(e, "problem", None) or _first_line(e)
+    problem = getattr(e, "problem", None) or first_line(e)
     context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
     mark = getattr(e, "problem_mark", None)
     if context and start is not None and mark is not None and start.line != mark.line:

@@ -30,8 +30,8 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from runner.data.pool import Progress, map_in_pool, process_alive
-from runner.data.scan import (DALI_DECODES, DEFAULT_SKIP_LIST, READER_CASE_SENSITIVE, FileIssue, _decode,
-                              _decoder_setup, reader_reads, scan_image_folder)
+from runner.data.scan import (DALI_DECODES, DEFAULT_SKIP_LIST, READER_CASE_SENSITIVE, FileIssue, try_decode,
+                              setup_decoder, reader_reads, scan_image_folder)
 from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,9 @@ def build_cache(src: Path, dst: Path, *, max_side: int = 256, workers: int | Non
         raise DataError(f"max_side must be at least 1 (got {max_side}).", where="cache")
     splits = find_splits(src)
     scans = [scan_image_folder(src / split) for split in splits]  # before DST is touched: SRC's mistakes first
-    _check_apart(src, dst)
+    check_outside_source(src, dst)
     settings = {"format": FORMAT, "max_side": max_side}
-    _claim(dst, settings, src)
+    claim_cache(dst, settings, src)
     start = time.perf_counter()
     tasks, names = [], []
     for split, scan in zip(splits, scans):
@@ -98,15 +98,15 @@ def build_cache(src: Path, dst: Path, *, max_side: int = 256, workers: int | Non
             tasks.append(_Task(src=str(src / rel), dst=str(dst / (rel + SUFFIX)), max_side=max_side))
             names.append(rel)
     try:
-        outcomes = map_in_pool(_cache_one, tasks, workers=workers, progress=progress, initializer=_decoder_setup)
+        outcomes = map_in_pool(_cache_one, tasks, workers=workers, progress=progress, initializer=setup_decoder)
     except OSError as e:  # writing, not reading: unreadable sources are skipped, not raised
         raise DataError(f"cannot write the cache ({e.strerror or e}"
                         + (f": {display_path(Path(e.filename))}" if e.filename else "")
                         + "). Free space or choose another folder; a rerun keeps what is written.", file=dst) from None
     summary = _summarise(src, dst, max_side, splits, len(scans[0].classes), names, outcomes,
                          time.perf_counter() - start)
-    _write_skip_list(summary)
-    _write_json(dst / MARKER, _marker(settings, src, summary))
+    write_cache_skip_list(summary)
+    write_json_atomic(dst / MARKER, _marker(settings, src, summary))
     log.info("cached %d images (%d written) in %.1f s", summary.images, summary.written, summary.seconds)
     return summary
 
@@ -130,7 +130,7 @@ def find_splits(src: Path) -> list[str]:
     return [e.name for e in subfolders]
 
 
-def _check_apart(src: Path, dst: Path) -> None:
+def check_outside_source(src: Path, dst: Path) -> None:
     s, d = src.resolve(), dst.resolve()
     if s == d or s in d.parents:
         raise DataError(f"is inside the source folder {display_path(src)}; the reader would take its folders for "
@@ -142,7 +142,7 @@ def _check_apart(src: Path, dst: Path) -> None:
 
 # ---- the marker ----------------------------------------------------------------------------------
 
-def _claim(dst: Path, settings: dict, src: Path) -> None:
+def claim_cache(dst: Path, settings: dict, src: Path) -> None:
     """Make DST ours (new or empty), or check that it is a cache made with these settings."""
     marker = dst / MARKER
     if dst.exists() and not dst.is_dir():
@@ -158,7 +158,7 @@ def _claim(dst: Path, settings: dict, src: Path) -> None:
                         "into (or delete) data it did not make: choose a new or empty folder.", file=dst)
     dst.mkdir(parents=True, exist_ok=True)
     # incomplete until this call ends: an interrupted rerun must not look like a finished cache
-    _write_json(marker, {"made_by": "runner data cache", "settings": settings, "source": str(src.resolve()),
+    write_json_atomic(marker, {"made_by": "runner data cache", "settings": settings, "source": str(src.resolve()),
                          "complete": False})
 
 
@@ -187,13 +187,13 @@ def _marker(settings: dict, src: Path, summary: CacheSummary) -> dict:
             "summary": fields}
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
 
 
-def _write_skip_list(summary: CacheSummary) -> None:
+def write_cache_skip_list(summary: CacheSummary) -> None:
     """Source paths left out, one a line, each after a comment with its reason (read_skip_list reads it)."""
     lines = [f"# files under {summary.source.resolve()} that do not decode (runner data cache):",
              f"# {len(summary.skipped)} of {summary.images + len(summary.skipped)}; one path relative to that "
@@ -219,10 +219,11 @@ def _summarise(src: Path, dst: Path, max_side: int, splits: list[str], classes: 
     return CacheSummary(root=dst, source=src, max_side=max_side, splits=counts, classes=classes,
                         written=sum(o.status == "written" for o in good), kept=sum(o.status == "kept" for o in good),
                         jpeg_bytes=sum(o.jpeg_bytes for o in good), cache_bytes=sum(o.cache_bytes for o in good),
-                        seconds=round(seconds, 3), skipped=tuple(skipped), stale=_stale(dst, splits, cached, names))
+                        seconds=round(seconds, 3), skipped=tuple(skipped),
+                        stale=stale_entries(dst, splits, cached, names))
 
 
-def _stale(dst: Path, splits: list[str], cached: set[str], names: list[str],
+def stale_entries(dst: Path, splits: list[str], cached: set[str], names: list[str],
            suffixes: tuple[str, ...] | None = (SUFFIX,)) -> tuple[str, ...]:
     """Entries of DST the reader would read that no source image backs (removed or now broken sources,
     extra class folders); also removes temporary files left by killed builds on this host. `suffixes`:
@@ -293,9 +294,9 @@ def _cache_one(task: _Task) -> _Outcome:
             return _Outcome("kept", None, jpeg_bytes, os.stat(task.dst).st_size)
         array = load_resized(task.src, task.max_side)
     except Exception:  # noqa: BLE001 - `runner data check`'s decoder names the reason
-        return _Outcome("skipped", _decode(task.src)[0] or "does not decode")
+        return _Outcome("skipped", try_decode(task.src)[0] or "does not decode")
     if array is None:  # decodes, but not as a format DALI's decoder reads
-        return _Outcome("skipped", _decode(task.src)[0] or "a format DALI's decoder does not read")
+        return _Outcome("skipped", try_decode(task.src)[0] or "a format DALI's decoder does not read")
     tmp = Path(task.dst).with_name(f".{Path(task.dst).name}.tmp-{socket.gethostname()}-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:

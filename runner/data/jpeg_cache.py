@@ -32,10 +32,10 @@ from typing import NamedTuple
 
 from PIL import Image, ImageOps, features
 
-from runner.data.cache import (MARKER, CacheSummary, _check_apart, _claim, _stale, _write_json, _write_skip_list,
-                               cached_size, find_splits)
+from runner.data.cache import (MARKER, CacheSummary, cached_size, check_outside_source, claim_cache, find_splits,
+                               stale_entries, write_cache_skip_list, write_json_atomic)
 from runner.data.pool import Progress, map_in_pool
-from runner.data.scan import DALI_DECODES, _decode, _decoder_setup, fingerprint, scan_image_folder
+from runner.data.scan import DALI_DECODES, try_decode, setup_decoder, fingerprint, scan_image_folder
 from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)
@@ -102,23 +102,23 @@ def build_jpeg_cache(src: Path, dst: Path, *, max_side: int = 320, quality: int 
     settings = jpeg_settings(max_side, quality, filter, subsampling)
     splits = find_splits(src)
     scans = [scan_image_folder(src / split) for split in splits]  # before DST is touched: SRC's mistakes first
-    _check_apart(src, dst)
+    check_outside_source(src, dst)
     tasks, names = _tasks(src, dst, splits, scans, settings)
-    _claim(dst, settings, src)
+    claim_cache(dst, settings, src)
     start = time.perf_counter()
     for split, scan in zip(splits, scans):
         for cls in scan.classes:
             (dst / split / cls).mkdir(parents=True, exist_ok=True)  # every class, so labels match
     try:
-        outcomes = map_in_pool(_encode_one, tasks, workers=workers, progress=progress, initializer=_decoder_setup)
+        outcomes = map_in_pool(_encode_one, tasks, workers=workers, progress=progress, initializer=setup_decoder)
     except OSError as e:  # writing, not reading: unreadable sources are skipped, not raised
         raise DataError(f"cannot write the cache ({e.strerror or e}"
                         + (f": {display_path(Path(e.filename))}" if e.filename else "")
                         + "). Free space or choose another folder; a rerun keeps what is written.", file=dst) from None
     summary = _summarise(src, dst, settings, splits, len(scans[0].classes), tasks, names, outcomes,
                          time.perf_counter() - start)
-    _write_skip_list(summary)
-    _write_json(dst / MARKER, _manifest(settings, src, splits, summary))
+    write_cache_skip_list(summary)
+    write_json_atomic(dst / MARKER, _manifest(settings, src, splits, summary))
     log.info("cached %d images as JPEG (%d written) in %.1f s", summary.images, summary.written, summary.seconds)
     return summary
 
@@ -160,7 +160,8 @@ def _summarise(src: Path, dst: Path, settings: dict, splits: list[str], classes:
         splits=counts, classes=classes, written=sum(o.status == "written" for o in good),
         kept=sum(o.status == "kept" for o in good), copied=sum(o.copied for o in good),
         jpeg_bytes=sum(o.jpeg_bytes for o in good), cache_bytes=sum(o.cache_bytes for o in good),
-        seconds=round(seconds, 3), skipped=tuple(skipped), stale=_stale(dst, splits, cached, names, suffixes=None))
+        seconds=round(seconds, 3), skipped=tuple(skipped),
+        stale=stale_entries(dst, splits, cached, names, suffixes=None))
 
 
 def _manifest(settings: dict, src: Path, splits: list[str], s: JpegCacheSummary) -> dict:
@@ -234,9 +235,9 @@ def _encode_one(task: _Task) -> _Outcome:
             return _Outcome("kept", None, jpeg_bytes, os.stat(task.dst).st_size, plan.copy)
         image = _load(task.src, plan) if plan is not None else None
     except Exception:  # noqa: BLE001 - `runner data check`'s decoder names the reason
-        return _Outcome("skipped", _decode(task.src)[0] or "does not decode")
+        return _Outcome("skipped", try_decode(task.src)[0] or "does not decode")
     if image is None:  # decodes, but not as a format DALI's decoder reads
-        return _Outcome("skipped", _decode(task.src)[0] or "a format DALI's decoder does not read")
+        return _Outcome("skipped", try_decode(task.src)[0] or "a format DALI's decoder does not read")
     tmp = Path(task.dst).with_name(f".{Path(task.dst).name}.tmp-{socket.gethostname()}-{os.getpid()}")
     try:
         if plan.copy:

@@ -63,13 +63,13 @@ def missing_classes(label_map: LabelMap, folder: Path) -> list[str]:
     return [name for name in label_map.classes if name not in present]
 
 
-def extra_classes_error(label_map: LabelMap, folder: Path, extra: list[str], where: dict) -> DataError:
+def extra_classes_error(label_map: LabelMap, folder: Path, extra: list[str], at: dict) -> DataError:
     shown = ", ".join(f"'{n}'" for n in extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
     return DataError(f"{display_path(folder)} holds {len(extra)} class folder(s) that the train split "
                      f"{display_path(label_map.folder)} lacks: {shown}. Labels are numbered by the train split's "
                      f"class folders ({len(label_map)}: {list_names(label_map.classes, 6)}), so these images would "
                      "have no label; add the class to the train split (and to model.num_classes), or move it out of "
-                     f"{display_path(folder)}.", **where)
+                     f"{display_path(folder)}.", **at)
 
 
 def split_classes(label_map: LabelMap, folder: Path) -> tuple[list[str], list[str]]:
@@ -78,12 +78,12 @@ def split_classes(label_map: LabelMap, folder: Path) -> tuple[list[str], list[st
 
 
 def labelled_files(label_map: LabelMap, folder: Path, files: list[tuple[str, int]], classes: tuple[str, ...],
-                   where: dict | None = None) -> list[tuple[str, int]]:
+                   at: dict | None = None) -> list[tuple[str, int]]:
     """(path, label) pairs of a scan of `folder` (labelled by its own folder positions, `classes`), relabelled
     by class name from the train map."""
     extra = extra_classes(label_map, folder, classes)
     if extra:
-        raise extra_classes_error(label_map, folder, extra, where or {})
+        raise extra_classes_error(label_map, folder, extra, at or {})
     index = label_map.index
     return [(path, index[classes[label]]) for path, label in files]
 
@@ -95,14 +95,14 @@ def missing_note(label_map: LabelMap, folder: Path, missing: list[str]) -> str:
             "its class name as in the train split.")
 
 
-def check_num_classes(num_classes: int, label_map: LabelMap, where: dict) -> str | None:
+def check_num_classes(num_classes: int, label_map: LabelMap, at: dict) -> str | None:
     """Raise when the model has fewer outputs than the train split has classes; a note when it has more."""
     if num_classes < len(label_map):
         out = (f"label {num_classes} is" if num_classes == len(label_map) - 1
                else f"labels {num_classes} to {len(label_map) - 1} are")
         raise ConfigError(f"{num_classes} outputs for the {len(label_map)} classes of the train split "
                           f"{display_path(label_map.folder)} ({list_names(label_map.classes, 6)}): {out} out of "
-                          f"the model's range. Set model.num_classes={len(label_map)}.", **where)
+                          f"the model's range. Set model.num_classes={len(label_map)}.", **at)
     if num_classes > len(label_map):
         return (f"model.num_classes is {num_classes} but the train split {display_path(label_map.folder)} has "
                 f"{len(label_map)} classes: outputs {len(label_map)} to {num_classes - 1} are never a target.")

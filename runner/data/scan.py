@@ -256,7 +256,7 @@ def check_images(root: str | Path, *, workers: int | None = None, progress: Prog
     """
     scan = scan_data_folder(root, suffixes)
     paths = [str(scan.root / path) for path, _ in scan.files]
-    results = map_in_pool(_decode, paths, workers=workers, progress=progress, initializer=_decoder_setup,
+    results = map_in_pool(try_decode, paths, workers=workers, progress=progress, initializer=setup_decoder,
                           start_method=start_method)
     bad, formats, modes = [], Counter(), Counter()
     for (path, _), (reason, fmt, mode) in zip(scan.files, results):
@@ -269,7 +269,7 @@ def check_images(root: str | Path, *, workers: int | None = None, progress: Prog
                        formats=dict(formats), modes=dict(modes))
 
 
-def _decoder_setup() -> None:
+def setup_decoder() -> None:
     import warnings
 
     from PIL import Image, ImageFile
@@ -279,7 +279,7 @@ def _decoder_setup() -> None:
     warnings.simplefilter("ignore")          # EXIF and ICC complaints are not decode failures
 
 
-def _decode(path: str) -> tuple[str | None, str | None, str | None]:
+def try_decode(path: str) -> tuple[str | None, str | None, str | None]:
     """(why it fails or None, Pillow's format, colour mode) for one file."""
     from PIL import Image, UnidentifiedImageError
 

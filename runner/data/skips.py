@@ -47,11 +47,11 @@ def save_skip_list(report: CheckReport, split_dir: Path) -> Path:
 
 
 def labelled_file_list(scan: ImageFolderScan, label_map: LabelMap, *, keep_skipped: bool,
-                       where: dict | None = None) -> tuple[Path, int]:
+                       at: dict | None = None) -> tuple[Path, int]:
     """A `file_list` for fn.readers.file over a scanned split: its files in the reader's order, labelled from the
     train split's map, skip-listed ones left out unless `keep_skipped`: (path, how many left out)."""
     skipped = set() if keep_skipped else skipped_files(scan.root)[0]
-    files = labelled_files(label_map, scan.root, list(scan.files), scan.classes, where)
+    files = labelled_files(label_map, scan.root, list(scan.files), scan.classes, at)
     keep = [(path, label) for path, label in files if path not in skipped]
     return write_file_list(scan.root, keep), len(files) - len(keep)
 

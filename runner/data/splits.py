@@ -37,7 +37,7 @@ def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
         key = "data.root"
         if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
             key = "data.train_split" if role == "train" else "data.eval_split"
-        raise DataError(f"{e.file}: {e.message}", **loaded.where(key)) from None
+        raise DataError(f"{e.file}: {e.message}", **loaded.at(key)) from None
 
 
 def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]]) -> None:
@@ -51,14 +51,14 @@ def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, 
         fix = f"lower data.batch_size to at most {files // world}, or add images" if files >= world else "add images"
         raise DataError(f"{data.batch_size} images per process for {world} process(es) need at least "
                         f"{data.batch_size * world} training images, but {display_path(split_dir(data, 'train'))} "
-                        f"holds {files} that the reader reads; {fix}.", **loaded.where("data.batch_size"))
+                        f"holds {files} that the reader reads; {fix}.", **loaded.at("data.batch_size"))
     if "eval" in suffixes and data.loader == "dali" and loaded.config.trainer.eval_every_n_epochs:
         files = _readable_count(data, "eval", suffixes["eval"])
         if files < world:
             raise DataError(f"{display_path(split_dir(data, 'eval'))} holds {files} image(s) that the reader reads, "
                             f"fewer than the {world} processes that each evaluate a share of them (DALI's reader "
                             "needs at least one per process); add images, or run fewer processes.",
-                            **loaded.where("data.eval_split"))
+                            **loaded.at("data.eval_split"))
 
 
 def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> int:
@@ -98,8 +98,8 @@ def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
         with naming_data_key(loaded, "eval", folder):
             extra, missing = split_classes(labels, folder)
         if extra:
-            raise extra_classes_error(labels, folder, extra, loaded.where("data.root"))
+            raise extra_classes_error(labels, folder, extra, loaded.at("data.root"))
         if missing:
             notes.append(missing_note(labels, folder, missing))
-    too_many = check_num_classes(loaded.config.model.num_classes, labels, loaded.where("model.num_classes"))
+    too_many = check_num_classes(loaded.config.model.num_classes, labels, loaded.at("model.num_classes"))
     return labels, notes + ([too_many] if too_many else [])

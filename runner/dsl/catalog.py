@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from runner.errors import ConfigError, closest, did_you_mean, list_names
 
-# Arguments the runner owns: it injects them from the global rank (see dsl.placement).
+# Arguments the runner owns: dsl.check injects them into each reader from the global rank and world size.
 RUNNER_OWNED = {"shard_id": "the global rank", "num_shards": "the world size"}
 # Registered in C++ but fed by Python callables: never reachable from a YAML file.
 EXCLUDED = {"external_source"}

@@ -99,7 +99,7 @@ class _Builder:
             try:
                 result = self.call(checked.node)
             except Exception as e:  # DALI's own argument checks, with its message
-                raise ConfigError(f"DALI rejected this step: {_first_lines(e)}", file=self.graph.graph.file,
+                raise ConfigError(f"DALI rejected this step: {dali_reason(e)}", file=self.graph.graph.file,
                                   line=step.line, where=step.label()) from None
             outs = list(result) if isinstance(result, (list, tuple)) else [result]
             if len(outs) != len(step.targets):
@@ -111,12 +111,12 @@ class _Builder:
         return tuple(self.value(out) for out in self.graph.outputs)
 
 
-def _first_lines(e: Exception, limit: int = 3) -> str:
+def dali_reason(e: Exception, limit: int = 3) -> str:
     """DALI's own words, without the Python traceback it wraps them in."""
     text = str(e)
     if "encountered:" in text:  # "Error in CPU operator ... traceback ... encountered: <reason> C++ context: ..."
-        where = text.split("\n", 2)[1].strip() if text.count("\n") > 1 else ""
-        text = (where + " " if where.startswith("Error in") else "") + text.split("encountered:", 1)[1]
+        origin = text.split("\n", 2)[1].strip() if text.count("\n") > 1 else ""
+        text = (origin + " " if origin.startswith("Error in") else "") + text.split("encountered:", 1)[1]
         text = text.split("C++ context:", 1)[0]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "no longer valid" not in ln]
     return " ".join(lines[:limit]) or type(e).__name__
@@ -142,6 +142,6 @@ def build_pipeline(graph: CheckedGraph, args: PipelineArgs):
     except ConfigError:
         raise
     except Exception as e:
-        raise ConfigError(f"DALI could not build the {graph.graph.role} pipeline: {_first_lines(e, 6)}",
+        raise ConfigError(f"DALI could not build the {graph.graph.role} pipeline: {dali_reason(e, 6)}",
                           file=graph.graph.file) from None
     return pipe

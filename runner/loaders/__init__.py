@@ -38,7 +38,7 @@ def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bo
         graphs = checked_pipelines(v.loaded, d, roles=(role,))
         if role not in graphs:
             return None
-        return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, where=v.loaded.where,
+        return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, at=v.loaded.at,
                                  state=state, checkpointing=checkpointing)
     if cfg.data.loader == "torchvision":
         from runner.loaders.folder import FolderLoader

@@ -49,10 +49,10 @@ class DaliLoader:
 
     @classmethod
     def create(cls, data: DataConfig, pipelines: PipelinesConfig, graphs: dict, role: str, target: Dist, *,
-               seed: int, where: Callable[[str], dict], state: Any = None,
+               seed: int, at: Callable[[str], dict], state: Any = None,
                checkpointing: bool = False) -> "DaliLoader":
         """`graphs`: the role's checked graphs (dali_plan.checked_pipelines), with a hybrid's copy under HYBRID;
-        `where`: the experiment's key locator, for errors about data keys."""
+        `at`: the error location of an experiment key (LoadedExperiment.at), for errors about data keys."""
         parts = [role] + ([HYBRID] if role == "train" and HYBRID in graphs else [])
         states = state if isinstance(state, list) else [state] * len(parts)
         folder = split_dir(data, role)
@@ -62,7 +62,7 @@ class DaliLoader:
                                  checkpointing=checkpointing or part_state is not None)
             if part_state is not None:
                 args = dataclasses.replace(args, checkpoint=part_state)
-            built.append(_iterator(data, graphs[part], args, target, folder, where))
+            built.append(_iterator(data, graphs[part], args, target, folder, at))
         return cls([it for it, _, _ in built], role, [t for _, t, _ in built], [b for _, _, b in built], target,
                    folder=folder)
 
@@ -98,7 +98,7 @@ class DaliLoader:
         self.its = []
 
 
-def _iterator(data: DataConfig, graph, args: PipelineArgs, target: Dist, folder, where: Callable[[str], dict]):
+def _iterator(data: DataConfig, graph, args: PipelineArgs, target: Dist, folder, at: Callable[[str], dict]):
     """DALI's PyTorch iterator over one compiled pipeline: (iterator, reader epoch size, batch size)."""
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
@@ -107,7 +107,7 @@ def _iterator(data: DataConfig, graph, args: PipelineArgs, target: Dist, folder,
     reserved = data.reserved_cores
     if reserved:
         training, dali = affinity.core_split(reserved, target.local_rank, target.local_world,
-                                             where("data.reserved_cores"))
+                                             at("data.reserved_cores"))
         affinity.pin_dali_threads(dali, args.num_threads)
     before = affinity.thread_ids()
     pipe = build_pipeline(graph, args)
@@ -136,9 +136,9 @@ def decode_failure(error: Exception, role: str, folder) -> DataError:
     """DALI names no file when a decoder fails: find the files that do not decode and list them to skip."""
     from runner.data.scan import check_images
     from runner.data.skips import save_skip_list
-    from runner.dsl.compile import _first_lines
+    from runner.dsl.compile import dali_reason
 
-    reason = _first_lines(error, 4)
+    reason = dali_reason(error, 4)
     report = check_images(folder, start_method="spawn")  # forking next to DALI's threads can hang
     if not report.bad:
         return DataError(f"the {role} pipeline failed to decode an image ({reason}), but every file in the folder "

@@ -100,7 +100,7 @@ def check_hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
     if not 0 < copy < batch:
         raise ConfigError(f"{share:g} of a batch of {batch} (data.batch_size) is {copy} image(s), so one copy of the "
                           f"pipeline would make none; choose a share between {1 / batch:.3g} and {1 - 1 / batch:.3g}.",
-                          **loaded.where("pipelines.train.hybrid.share"))
+                          **loaded.at("pipelines.train.hybrid.share"))
     return base, copy
 
 
@@ -126,7 +126,7 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
             or "files" in given:
         raise ConfigError("a hybrid pipeline deals the split's files between its two copies, so its reader must be "
                           "readers.file(file_root=...) without file_list or files.",
-                          **loaded.where("pipelines.train.hybrid"))
+                          **loaded.at("pipelines.train.hybrid"))
     base, copy = check_hybrid_batches(loaded)
     folder = split_dir(loaded.config.data, "train")
     if not folder.is_dir():
@@ -169,7 +169,7 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
 
     scan = scan_split_at(loaded, role, folder, reader_suffixes(graph))
     path, _ = labelled_file_list(scan, labels, keep_skipped=not loaded.config.data.skip_bad_files,
-                                 where=loaded.where("data.root"))
+                                 at=loaded.at("data.root"))
     return str(path)
 
 
@@ -217,7 +217,7 @@ def compiled_source(v, role: str) -> str:
     cfg = v.config
     if cfg.data.loader != "dali":
         raise ConfigError(f"data.loader is '{cfg.data.loader}': this experiment has no DALI pipeline to "
-                          "compile. Set data.loader=dali.", **v.loaded.where("data.loader"))
+                          "compile. Set data.loader=dali.", **v.loaded.at("data.loader"))
     if role not in v.graphs:
         raise ConfigError(f"the experiment has no {role} pipeline (pipelines.{role} is not set).",
                           file=v.loaded.path, where=f"pipelines.{role}")

@@ -26,7 +26,7 @@ def load_rgb(path: str):
                         f"{display_path(Path(path).parent.parent)}` lists every such file, and runs leave them out.")
 
 
-def label_by_name(dataset, labels, where: dict) -> None:
+def label_by_name(dataset, labels, at: dict) -> None:
     """Relabel an ImageFolder's samples by class name from the train split's map (data.labels): ImageFolder
     numbers a split's classes by their place among its own class folders."""
     from runner.data.labels import extra_classes, extra_classes_error
@@ -34,7 +34,7 @@ def label_by_name(dataset, labels, where: dict) -> None:
     folder = Path(dataset.root)
     extra = extra_classes(labels, folder, tuple(dataset.classes))
     if extra:
-        raise extra_classes_error(labels, folder, extra, where)
+        raise extra_classes_error(labels, folder, extra, at)
     index = labels.index
     dataset.class_to_idx = {name: index[name] for name in dataset.classes}
     dataset.samples = dataset.imgs = [(path, index[dataset.classes[c]]) for path, c in dataset.samples]
@@ -130,12 +130,12 @@ class FolderLoader:
 
         cfg, device = v.config.data, target.device
         tv = cfg.torchvision
-        train_tf, eval_tf = build_transforms(tv, v.loaded.where)
+        train_tf, eval_tf = build_transforms(tv, v.loaded.locate)
         root = split_dir(cfg, role)
         if not root.is_dir():
             raise DataError(f"{role} data folder {root} does not exist (data.root/{cfg.train_split if role == 'train' else cfg.eval_split}).")
         dataset = ImageFolder(str(root), transform=train_tf if role == "train" else eval_tf, loader=load_rgb)
-        label_by_name(dataset, train_label_map(v.loaded), v.loaded.where("data.root"))
+        label_by_name(dataset, train_label_map(v.loaded), v.loaded.at("data.root"))
         if cfg.skip_bad_files:
             _skip_listed(dataset, root)
         batch = cfg.batch_size if role == "train" else (cfg.eval_batch_size or cfg.batch_size)

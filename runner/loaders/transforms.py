@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ast
 import inspect
-from typing import Any, Callable
+from typing import Any
 
 from runner.config.sections import TorchvisionConfig
-from runner.errors import ConfigError
+from runner.errors import ConfigError, Locator, error_at
 from runner.registry import Registry
 
 TRANSFORM_NAMES = [
@@ -45,13 +45,10 @@ def parse_transform(text: str) -> tuple[str, list[Any], dict[str, Any]]:
     return node.func.id, args, kwargs
 
 
-Where = Callable[[str], dict]
-
-
-def _build(texts: list[str], key: str, where: Where, registry: Registry) -> list:
+def _build(texts: list[str], key: str, locate: Locator | None, registry: Registry) -> list:
     out = []
     for i, text in enumerate(texts):
-        at = where(f"{key}[{i}]")
+        at = error_at(f"{key}[{i}]", locate)
         try:
             name, args, kwargs = parse_transform(text)
         except ValueError as e:
@@ -65,14 +62,14 @@ def _build(texts: list[str], key: str, where: Where, registry: Registry) -> list
     return out
 
 
-def check_transforms(cfg: TorchvisionConfig, where: Where = lambda key: {"where": key}) -> None:
-    build_transforms(cfg, where)
+def check_transforms(cfg: TorchvisionConfig, locate: Locator | None = None) -> None:
+    build_transforms(cfg, locate)
 
 
-def build_transforms(cfg: TorchvisionConfig, where: Where = lambda key: {"where": key}):
+def build_transforms(cfg: TorchvisionConfig, locate: Locator | None = None):
     """(train, eval) torchvision.transforms.Compose objects."""
     import torchvision.transforms as T
 
     registry = transform_registry()
-    return (T.Compose(_build(cfg.train, "data.torchvision.train", where, registry)),
-            T.Compose(_build(cfg.eval, "data.torchvision.eval", where, registry)))
+    return (T.Compose(_build(cfg.train, "data.torchvision.train", locate, registry)),
+            T.Compose(_build(cfg.eval, "data.torchvision.eval", locate, registry)))

@@ -5,6 +5,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.console import percent
 from runner.repro.snapshot import IDENTITY_TAGS
 from runner.tracking.store import RunRecord, metric_history
 
@@ -56,10 +57,6 @@ def _cut(text: str | None) -> str:
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…"
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -79,8 +76,8 @@ def table(compared: list[Compared]) -> tuple[list[str], list[list[str]]]:
         util = c.last.get("epoch/gpu_util_pct")
         ips = c.last.get("epoch/images_per_s")
         rows.append([c.label, c.run.short, *(_cut(c.run.params.get(k)) for k in params), c.run.status,
-                     duration(c.run.duration_s), _pct(c.last.get("eval/top1")),
-                     "-" if ips is None else f"{ips:,.0f}", _pct(c.last.get("epoch/data_wait_share")),
+                     duration(c.run.duration_s), percent(c.last.get("eval/top1")),
+                     "-" if ips is None else f"{ips:,.0f}", percent(c.last.get("epoch/data_wait_share")),
                      "-" if util is None else f"{util:.0f}%"])
     return columns, rows
 

@@ -32,7 +32,7 @@ class FinishResult:
             return ""
         if self.delivered:
             return f"run {self.run_id} at {self.uri} (runner ui to browse)"
-        return f"{self.uri} did not answer; run kept in {_shown(self.bundle)}. Deliver it with: {self.sync_command}"
+        return f"{self.uri} did not answer; run kept in {shown_path(self.bundle)}. Deliver it with: {self.sync_command}"
 
 
 class Tracker(Protocol):
@@ -70,14 +70,14 @@ class NullTracker:
 
 
 def create_tracker(cfg: TrackingConfig, *, rank: int, resume_run_id: str | None = None,
-                   where: dict | None = None) -> Tracker:
+                   at: dict | None = None) -> Tracker:
     """The tracker for this process: MLflow on rank 0 when enabled, a NullTracker otherwise.
 
     The URI is checked on every rank, so a bad one fails everywhere before any work starts.
     """
     if not cfg.enabled:
         return NullTracker()
-    uri = resolve_tracking_uri(cfg.uri, where=where)
+    uri = resolve_tracking_uri(cfg.uri, at=at)
     if rank != 0:
         return NullTracker()
     from runner.tracking.mlflow_tracker import MlflowTracker
@@ -85,7 +85,7 @@ def create_tracker(cfg: TrackingConfig, *, rank: int, resume_run_id: str | None 
     return MlflowTracker(uri, cfg.experiment, run_name=cfg.run_name, tags=cfg.tags, resume_run_id=resume_run_id)
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     try:
         return "./" + str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -94,4 +94,4 @@ def _shown(path: Path) -> str:
 
 def sync_command(bundle: Path, uri: str) -> str:
     """The command that delivers `bundle` to `uri`."""
-    return f"runner tracking sync {shlex.quote(_shown(bundle))} --uri {shlex.quote(uri)}"
+    return f"runner tracking sync {shlex.quote(shown_path(bundle))} --uri {shlex.quote(uri)}"

@@ -27,9 +27,9 @@ from typing import Any
 
 from runner.errors import RunnerError
 
-from runner.tracking.base import FinishResult, _shown, sync_command
-from runner.tracking.uri import (BATCH_METRICS, BATCH_PARAMS, MAX_TAG_VAL_LENGTH, OFFLINE_DIR, STATUSES, _client,
-                                 _truncate, flatten, store_env)
+from runner.tracking.base import FinishResult, shown_path, sync_command
+from runner.tracking.uri import (BATCH_METRICS, BATCH_PARAMS, MAX_TAG_VAL_LENGTH, OFFLINE_DIR, STATUSES, mlflow_client,
+                                 truncate, flatten, store_env)
 
 log = logging.getLogger("runner.tracking")
 
@@ -47,13 +47,13 @@ def _rejected(e: BaseException) -> bool:
     return 400 <= code < 500 and code not in (401, 403, 408, 429)
 
 
-def _short(e: BaseException) -> str:
+def short_reason(e: BaseException) -> str:
     text = str(e)
     m = re.search(r"\[Errno -?\d+\][^'\")]*", text)
-    return m[0].strip() if m else _truncate(" ".join(text.split()), 240)
+    return m[0].strip() if m else truncate(" ".join(text.split()), 240)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -78,7 +78,7 @@ class MlflowTracker:
         self._opened = False
         self._flush_s, self._flush_at, self._max_buffered = flush_s, flush_at, max_buffered
         self._offline_dir = Path(offline_dir).resolve()
-        self._tags: dict[str, str] = {k: _truncate(str(v), MAX_TAG_VAL_LENGTH) for k, v in (tags or {}).items()}
+        self._tags: dict[str, str] = {k: truncate(str(v), MAX_TAG_VAL_LENGTH) for k, v in (tags or {}).items()}
         self._params: dict[str, str] = {}
         self._metrics: deque[tuple[str, float, int, int]] = deque()
         self._artifacts: deque[tuple[Path, str | None]] = deque()
@@ -96,13 +96,13 @@ class MlflowTracker:
         # backoff, 120 s timeout) would hold one request for minutes while the server is down.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-        self._client = _client(uri)
+        self.mlflow_client = mlflow_client(uri)
 
     # -- called by the training process ----------------------------------------------------------
 
     def start(self, params: Mapping[str, Any]) -> str:
         """Create (or resume) the run and queue its params; returns its id, a local one when offline."""
-        self._start_ms = _now_ms()
+        self._start_ms = now_ms()
         self._params.update(flatten(params))
         self._tags.update({"mlflow.user": getpass.getuser(), "mlflow.source.type": "LOCAL",
                            "mlflow.source.name": " ".join(sys.argv)[:MAX_TAG_VAL_LENGTH],
@@ -123,7 +123,7 @@ class MlflowTracker:
         """Queue metrics for `step`; returns at once and never raises. Pass Python floats: float() of a
         CUDA tensor would synchronise the device."""
         try:
-            ts = _now_ms()
+            ts = now_ms()
             items = [(str(k), float(v), ts, int(step)) for k, v in metrics.items()]
         except (TypeError, ValueError) as e:
             self._warn_once("value", "metrics at step %s not logged: %s", step, e)
@@ -175,7 +175,7 @@ class MlflowTracker:
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         with self._lock:
-            self._tags.update({str(k): _truncate(str(v), MAX_TAG_VAL_LENGTH) for k, v in tags.items()})
+            self._tags.update({str(k): truncate(str(v), MAX_TAG_VAL_LENGTH) for k, v in tags.items()})
 
     def finish(self, status: str = "FINISHED", timeout_s: float = 30.0) -> FinishResult:
         """Deliver everything and end the run; if the store still does not answer after `timeout_s`,
@@ -188,7 +188,7 @@ class MlflowTracker:
             self._result = FinishResult(run_id=None, status=status, delivered=True)
             return self._result
         with self._lock:
-            self._status, self._end_ms, self._closing = status, _now_ms(), True
+            self._status, self._end_ms, self._closing = status, now_ms(), True
         self._wake.set()
         self._thread.join(timeout_s)
         if self._terminated:
@@ -201,7 +201,7 @@ class MlflowTracker:
             bundle = self._write_bundle()
             command = sync_command(bundle, self.uri)
             log.warning("MLflow at %s did not answer; run %s is saved in %s. Deliver it later with: %s",
-                        self.uri, self.run_id, _shown(bundle), command)
+                        self.uri, self.run_id, shown_path(bundle), command)
             self._result = FinishResult(run_id=self.run_id, status=status, delivered=False, bundle=bundle,
                                         sync_command=command, dropped=self._dropped, uri=self.uri)
         if self._dropped:
@@ -228,14 +228,14 @@ class MlflowTracker:
             if _rejected(e):
                 self._came_back()
                 raise
-            raise _Outage(_short(e)) from e
+            raise _Outage(short_reason(e)) from e
         self._came_back()
         return result
 
     def _open_run(self) -> None:
         """Create the run, or mark a resumed one RUNNING. Raises _Outage, or RunnerError if refused."""
         from mlflow.exceptions import MlflowException
-        c = self._client
+        c = self.mlflow_client
         try:
             if self._resume and self._remote_id.startswith("local-"):  # a run that began offline
                 self._local_id = self._remote_id
@@ -244,13 +244,14 @@ class MlflowTracker:
             if self._resume:
                 self._call(c.update_run, self._remote_id, status="RUNNING")
             else:
-                exp_id = self._call(_experiment_id, c, self.experiment, self.uri)
+                exp_id = self._call(ensure_experiment, c, self.experiment, self.uri)
                 local_id = self._local_id or self.run_id
                 tags = {"runner.local_run_id": local_id} if local_id else None
                 run = self._call(c.create_run, exp_id, start_time=self._start_ms, tags=tags, run_name=self.run_name)
                 self._remote_id = run.info.run_id
         except MlflowException as e:
-            raise RunnerError(f"MLflow at {self.uri} refused to start the run: {_short(e)}", where="tracking") from e
+            raise RunnerError(f"MLflow at {self.uri} refused to start the run: {short_reason(e)}",
+                              where="tracking") from e
         self._opened = True
 
     def _send_loop(self) -> None:
@@ -282,7 +283,7 @@ class MlflowTracker:
         while self._artifacts and not self._abandon:
             path, artifact_path = self._artifacts[0]
             try:
-                self._call(self._client.log_artifact, self._remote_id, str(path), artifact_path)
+                self._call(self.mlflow_client.log_artifact, self._remote_id, str(path), artifact_path)
             except _Outage:
                 raise
             except Exception as e:
@@ -293,7 +294,7 @@ class MlflowTracker:
         with self._lock:
             done = self._closing and not (self._metrics or self._params or self._tags or self._artifacts)
         if done and not self._abandon:
-            self._call(self._client.set_terminated, self._remote_id, self._status, self._end_ms)
+            self._call(self.mlflow_client.set_terminated, self._remote_id, self._status, self._end_ms)
             self._terminated = True
 
     @property
@@ -321,7 +322,7 @@ class MlflowTracker:
         """log_batch; when refused, halve the batch to find and drop only the refused entries."""
         e = self._ent
         try:
-            self._call(self._client.log_batch, self._remote_id, synchronous=True,
+            self._call(self.mlflow_client.log_batch, self._remote_id, synchronous=True,
                        metrics=[x for x in entities if isinstance(x, e.Metric)],
                        params=[x for x in entities if isinstance(x, e.Param)],
                        tags=[x for x in entities if isinstance(x, e.RunTag)])
@@ -336,7 +337,7 @@ class MlflowTracker:
 
     def _drop(self, n: int, e: BaseException) -> None:
         self._dropped += n
-        self._warn_once("rejected", "MLflow at %s refused an entry, dropped: %s", self.uri, _short(e))
+        self._warn_once("rejected", "MLflow at %s refused an entry, dropped: %s", self.uri, short_reason(e))
 
     def _warn_once(self, kind: str, msg: str, *args: Any) -> None:
         if kind not in self._warned:
@@ -381,7 +382,7 @@ class MlflowTracker:
         return bundle
 
 
-def _experiment_id(client: Any, name: str, uri: str) -> str:
+def ensure_experiment(client: Any, name: str, uri: str) -> str:
     """The id of experiment `name`, created if missing."""
     from mlflow.exceptions import MlflowException
     exp = client.get_experiment_by_name(name)

@@ -9,8 +9,8 @@ from typing import Any
 
 from runner.errors import RunnerError
 
-from runner.tracking.mlflow_tracker import _experiment_id, _now_ms, _short
-from runner.tracking.uri import BATCH_METRICS, BATCH_PARAMS, OFFLINE_DIR, SYNCED_MARKER, _client
+from runner.tracking.mlflow_tracker import ensure_experiment, now_ms, short_reason
+from runner.tracking.uri import BATCH_METRICS, BATCH_PARAMS, OFFLINE_DIR, SYNCED_MARKER, mlflow_client
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def _replay(client: Any, bundle: Bundle) -> str:
     meta = bundle.meta
     run_id = _existing_run(client, meta.get("run_id"))
     if run_id is None:
-        exp_id = _experiment_id(client, meta["experiment"], bundle.meta["uri"])
+        exp_id = ensure_experiment(client, meta["experiment"], bundle.meta["uri"])
         run_id = client.create_run(exp_id, start_time=meta["start_time"], run_name=meta["run_name"],
                                    tags={"runner.offline_bundle": bundle.path.name}).info.run_id
     for chunk in _chunks([Param(k, v) for k, v in meta["params"].items()], BATCH_PARAMS):
@@ -90,11 +90,11 @@ def sync_offline(bundle_dir: str | Path, uri: str | None = None) -> str:
         raise RunnerError(f"{bundle.path}: already synced (run {done['run_id']} at {done['uri']}).")
     uri = uri or bundle.meta["uri"]
     try:
-        run_id = _replay(_client(uri), bundle)
+        run_id = _replay(mlflow_client(uri), bundle)
     except RunnerError:
         raise
     except Exception as e:
-        raise RunnerError(f"{bundle.path}: could not sync to {uri}: {_short(e)} Nothing is lost: the bundle "
+        raise RunnerError(f"{bundle.path}: could not sync to {uri}: {short_reason(e)} Nothing is lost: the bundle "
                           "stays; run the command again when the store answers.") from e
-    (bundle.path / SYNCED_MARKER).write_text(json.dumps({"run_id": run_id, "uri": uri, "time": _now_ms()}))
+    (bundle.path / SYNCED_MARKER).write_text(json.dumps({"run_id": run_id, "uri": uri, "time": now_ms()}))
     return run_id

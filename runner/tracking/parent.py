@@ -12,7 +12,7 @@ def parent_run(v, *, run_name: str, tags: dict[str, str], params: dict[str, Any]
     None when the experiment has tracking off."""
     if not v.config.tracking.enabled:
         return None
-    uri = resolve_tracking_uri(v.config.tracking.uri, v.loaded.where("tracking.uri"))
+    uri = resolve_tracking_uri(v.config.tracking.uri, v.loaded.at("tracking.uri"))
     tracker = MlflowTracker(uri, v.config.tracking.experiment, run_name=run_name, tags=tags)
     tracker.start(params)
     return tracker

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-from runner.errors import RunnerError, list_names
-from runner.tracking.uri import _client
+from runner.errors import RunnerError, error_at, list_names
+from runner.tracking.uri import mlflow_client
 
 RUN_ID_LENGTH = 32
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,7 +67,7 @@ def store_uri(value: str | None) -> str:
 
     if value and "://" not in value and (value.endswith(".db") or Path(value).expanduser().is_file()):
         return f"sqlite:///{Path(value).expanduser().resolve()}"
-    return resolve_tracking_uri(value, where={"file": "command line", "where": "--uri"} if value else None)
+    return resolve_tracking_uri(value, at=error_at("--uri", file="command line") if value else None)
 
 
 def _local_store_path(uri: str) -> Path | None:
@@ -82,16 +82,11 @@ def _local_store_path(uri: str) -> Path | None:
 @functools.lru_cache(maxsize=8)
 def client(uri: str) -> Any:
     """An MlflowClient for a store that exists; reading never creates an empty store by mistake."""
-    from runner.tracking.uri import store_env
-
     local = _local_store_path(uri)
     if local is not None and not local.exists():
         raise RunnerError(f"no tracking store at {local}: {uri} does not exist. Name the store the run was "
                           "logged to with --uri (a path or URI), or set $MLFLOW_TRACKING_URI.", where="--uri")
-    store_env(uri)
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
+    return mlflow_client(uri)
 
 
 def _record(c: Any, run: Any, uri: str, experiments: dict[str, str]) -> RunRecord:
@@ -196,7 +191,7 @@ class StoredRun:
 
 def open_store_run(uri: str, run_id: str) -> StoredRun:
     """Read a run back from a store: params, tags, full metric histories, artifact file paths."""
-    client = _client(uri)
+    client = mlflow_client(uri)
     run = client.get_run(run_id)
     history = {k: sorted((m.step, m.value) for m in client.get_metric_history(run_id, k)) for k in run.data.metrics}
 

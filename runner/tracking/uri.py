@@ -43,13 +43,13 @@ def _suggest(value: str) -> str | None:
     return None
 
 
-def resolve_tracking_uri(uri: str | None, where: dict | None = None) -> str:
+def resolve_tracking_uri(uri: str | None, at: dict | None = None) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else ./mlflow.db (MLflow 3's default store), checked.
 
-    `where` (file=..., line=...) locates tracking.uri for the error message. A plain directory
+    `at` (file=..., line=...) locates tracking.uri for the error message. A plain directory
     becomes a file:// URI.
     """
-    label: dict[str, Any] = {"where": "tracking.uri", **(where or {})}
+    label: dict[str, Any] = {"where": "tracking.uri", **(at or {})}
     if not uri:
         uri = os.environ.get("MLFLOW_TRACKING_URI") or None
         label = {"where": "$MLFLOW_TRACKING_URI"}
@@ -82,7 +82,8 @@ def server_command(uri: str, host: str, port: int) -> list[str]:
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
 
 
-def _client(uri: str) -> Any:
+def mlflow_client(uri: str) -> Any:
+    """The one place an MlflowClient is made: the store's environment set, MLflow's URL printing off."""
     store_env(uri)
     # runner's own summary says where the run is; MLflow would also print "View run" links on stdout
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
@@ -90,7 +91,7 @@ def _client(uri: str) -> Any:
     return MlflowClient(tracking_uri=uri)
 
 
-def _truncate(value: str, limit: int) -> str:
+def truncate(value: str, limit: int) -> str:
     return value if len(value) <= limit else value[: limit - 3] + "..."
 
 
@@ -111,7 +112,7 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         if isinstance(value, Mapping) and value:
             out.update(flatten(value, name + "."))
         elif isinstance(value, (Sequence, Mapping)) and not isinstance(value, (str, bytes)):
-            out[name] = _truncate(json.dumps(_plain(value), default=str), MAX_PARAM_VAL_LENGTH)
+            out[name] = truncate(json.dumps(_plain(value), default=str), MAX_PARAM_VAL_LENGTH)
         else:
-            out[name] = _truncate(str(value), MAX_PARAM_VAL_LENGTH)
+            out[name] = truncate(str(value), MAX_PARAM_VAL_LENGTH)
     return out
