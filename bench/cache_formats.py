@@ -17,9 +17,8 @@ import argparse
 import statistics
 import time
 
-from nvidia.dali import fn, pipeline_def, types
-
 from cpu_loaders import _machine_busy, _own_cpu, _wait_for_quiet  # bench/ is the script's folder
+from nvidia.dali import fn, pipeline_def, types
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]

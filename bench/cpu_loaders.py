@@ -76,8 +76,8 @@ def loaders(size: Size, threads: int, cache: Path | None) -> list[tuple[str, str
 def ensure_data(overrides: tuple[str, ...]) -> Path:
     """The experiment's synthetic set (generated once; generate_synthetic returns at once when it exists)."""
     from runner.config import load_experiment
-    from runner.data.synth import generate_synthetic
     from runner.data.paths import synth_dir
+    from runner.data.synth import generate_synthetic
 
     s = load_experiment(EXPERIMENT, list(overrides)).config.data.synth
     root = synth_dir(s)

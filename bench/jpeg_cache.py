@@ -194,8 +194,8 @@ def folder_bytes(folder: Path) -> float:
 
 
 def machine() -> str:
-    from PIL import Image, features
     import nvidia.dali
+    from PIL import Image, features
 
     from runner.machine import cpu_cores
 

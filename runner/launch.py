@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from runner import console
+from runner.data.paths import split_dir, synth_dir
 from runner.errors import DataError
 from runner.machine import cpu_cores
-from runner.data.paths import split_dir, synth_dir
 
 WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
 LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
@@ -28,8 +28,8 @@ def ensure_data(v, *, quiet: bool = False) -> None:
     if cfg.loader == "synthetic":
         return
     if cfg.root is None:
-        from runner.progress import progress_bar
         from runner.data.synth import generate_synthetic
+        from runner.progress import progress_bar
 
         root, s = synth_dir(cfg.synth), cfg.synth
         if not quiet:

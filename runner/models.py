@@ -1,7 +1,8 @@
 """Models by name: torchvision architectures, randomly initialised (nothing is downloaded)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from runner.config.sections import ModelConfig
 from runner.errors import ConfigError, Locator, error_at

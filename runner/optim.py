@@ -6,7 +6,8 @@ by `trainer.max_steps` follows the same curve as a full one up to that point.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from runner.config.sections import OptimizerConfig, SchedulerConfig
 from runner.registry import Registry

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -432,8 +432,8 @@ def test_interpolation_in_an_override_resolves_with_the_config(project, capsys):
 # ---- the data key behind a data error (for launch.ensure_data: see plan.scan_split) ----------------
 
 def test_scan_split_names_the_key_that_points_at_the_data(project):
-    from runner.errors import DataError
     from runner.data.splits import scan_split
+    from runner.errors import DataError
     from runner.validate import validate
 
     only_train(project)

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from runner.data.cache import build_cache, cached_size, read_cache_marker
-from runner.data.scan import DEFAULT_SKIP_LIST, try_decode, read_skip_list, scan_image_folder
+from runner.data.scan import DEFAULT_SKIP_LIST, read_skip_list, scan_image_folder, try_decode
 from runner.errors import DataError
 from tests.conftest import run_cli
 

@@ -10,9 +10,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from runner.data.scan import (DEFAULT_SKIP_LIST, READER_CASE_SENSITIVE, READER_FILE_FILTERS, FileIssue,
-                              check_images, default_skip_list, fingerprint, read_skip_list, scan_image_folder,
-                              write_skip_list)
+from runner.data.scan import (
+    DEFAULT_SKIP_LIST,
+    READER_CASE_SENSITIVE,
+    READER_FILE_FILTERS,
+    FileIssue,
+    check_images,
+    default_skip_list,
+    fingerprint,
+    read_skip_list,
+    scan_image_folder,
+    write_skip_list,
+)
 from runner.errors import DataError
 
 

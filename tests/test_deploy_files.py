@@ -365,7 +365,7 @@ def test_the_trainer_has_shared_memory_for_its_loaders(compose):
 def test_named_volumes_are_declared(compose):
     declared = set(compose.get("volumes") or {})
     for name, service in services(compose).items():
-        for source, target in volume_mounts(service):
+        for source, _target in volume_mounts(service):
             if not source.startswith(("/", ".", "$", "~")):
                 assert source in declared, f"{name}: volume {source} is not declared"
     assert declared

@@ -143,9 +143,9 @@ def test_auto_augment_policies_compile_with_conditionals(project, image_dataset,
 def test_reader_sharding_is_injected(project, image_dataset):
     (project / "experiments" / "s.yaml").write_text(f"data: {{root: {image_dataset}}}\n"
                                                    "pipelines: {train: {use: imagenet_train}}\n")
+    from runner.config import load_experiment
     from runner.dsl.check import check_graph
     from runner.dsl.parse import parse_pipeline
-    from runner.config import load_experiment
 
     loaded = load_experiment(project / "experiments" / "s.yaml")
     graph = check_graph(parse_pipeline(loaded.pipelines["train"]), target="cpu", rank=2, world=4, seed=9)

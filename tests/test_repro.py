@@ -337,8 +337,8 @@ def test_drift_lists_what_differs_from_the_runs_machine(tiny):
 
     from runner import runinfo
     from runner.repro.drift import machine_differences
-    from runner.tracking.store import RunRecord
     from runner.telemetry import gpu_info
+    from runner.tracking.store import RunRecord
     from runner.validate import validate
 
     v = validate(tiny)

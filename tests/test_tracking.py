@@ -12,8 +12,17 @@ from mlflow import MlflowClient
 
 from runner.config.sections import TrackingConfig
 from runner.errors import ConfigError, RunnerError
-from runner.tracking import (MlflowTracker, NullTracker, create_tracker, flatten, list_bundles, load_bundle,
-                             open_store_run, resolve_tracking_uri, sync_offline)
+from runner.tracking import (
+    MlflowTracker,
+    NullTracker,
+    create_tracker,
+    flatten,
+    list_bundles,
+    load_bundle,
+    open_store_run,
+    resolve_tracking_uri,
+    sync_offline,
+)
 from tests.conftest import free_port
 
 EXPERIMENT = "tests"

@@ -6,9 +6,10 @@ import dataclasses
 import platform
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from runner import console
 from runner.errors import ConfigError
@@ -178,8 +179,8 @@ def _validate(suite: Suite, entry):
 def prepare(suite: Suite, run_notes: Callable[[Any], None]) -> list:
     """Validate every entry, then make the data and caches they read (each once)."""
     from runner.bench.variants import cache_dir, size_note, variants
-    from runner.launch import ensure_data
     from runner.data.paths import data_root
+    from runner.launch import ensure_data
 
     validated = [_validate(suite, e) for e in suite.entries]
     noted, made = False, set()

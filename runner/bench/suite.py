@@ -11,9 +11,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from runner.bench.stats import Spread, median_result, ratios, spread
 from runner.bench.suitefile import Suite

@@ -13,9 +13,10 @@ CPU copy dealt the smallest files.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from runner.machine import cpu_cores
 
@@ -36,7 +37,7 @@ class Trial:
     settings: dict[str, Any]
     result: dict[str, Any] | None = None
     error: str | None = None
-    repeats: list["Trial"] = field(default_factory=list)  # the same settings measured again
+    repeats: list[Trial] = field(default_factory=list)  # the same settings measured again
     repeat: bool = False                                   # this trial is such a measurement
 
     @property

@@ -3,9 +3,10 @@ the trials run with a progress bar, the winner written as an experiment that inc
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from runner import console
 
@@ -38,14 +39,21 @@ def run_tune(req: TuneRequest, run_notes: Callable[[Any], None],
              show_trials: Callable[[TuneOutcome], None]) -> TuneOutcome:
     """Search this machine's fastest placement for the experiment's DALI train pipeline and write it;
     `show_trials` gets the trials' table and notes before the file is written (and checked)."""
-    from runner.bench.tune import baseline_settings, check_output, decode_limit, default_output, knobs, search
-    from runner.bench.tune import as_overrides, write_tuned
+    from runner.bench.tune import (
+        as_overrides,
+        baseline_settings,
+        check_output,
+        decode_limit,
+        default_output,
+        knobs,
+        write_tuned,
+    )
     from runner.data.jpeg_cache import median_longer_side
     from runner.data.manifest import find_manifest
+    from runner.data.paths import data_root, split_dir
     from runner.errors import ConfigError
     from runner.files import check_writable
     from runner.launch import ensure_data
-    from runner.data.paths import data_root, split_dir
     from runner.telemetry import gpu_info
     from runner.validate import validate
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import ConfigError, did_you_mean
 from runner.data.paths import data_root
+from runner.errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from runner import console
-from runner.progress import progress_bar
 from runner.config.sections import SynthConfig
 from runner.data.scan import DEFAULT_SKIP_LIST
 from runner.errors import DataError, display_path
+from runner.progress import progress_bar
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from runner import console
-from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
+from runner.commands.args import add_experiment, experiment_and_overrides, run_notes
 
 
 def register(sub) -> None:

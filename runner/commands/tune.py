@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import add_experiment, run_notes, experiment_and_overrides
+from runner.commands.args import add_experiment, experiment_and_overrides, run_notes
 from runner.errors import display_path
 
 

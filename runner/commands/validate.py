@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from runner import console
 from runner.commands.args import label_notes, run_notes, split_overrides
-from runner.errors import RunnerError, display_path
 from runner.data.paths import data_root
+from runner.errors import RunnerError, display_path
 from runner.loaders.dali_plan import HYBRID, hybrid_batches
 from runner.validate import Validated
 

@@ -12,9 +12,10 @@ key by key; a list replaces the list below it whole (OmegaConf's merge). `${...}
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -198,7 +199,7 @@ def check_consistency(cfg: Experiment, locate: Callable[[str], tuple[Any, int | 
 
 def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any, int | None]]) -> None:
     """Settings that would silently do nothing, or fail only once training starts, next to the key they depend on."""
-    t, o, s = cfg.trainer, cfg.optimizer, cfg.scheduler
+    t, o = cfg.trainer, cfg.optimizer
     if t.compile_mode != "default" and not t.compile:
         raise _error(locate, "trainer.compile_mode", f"'{t.compile_mode}' is set but trainer.compile is false, so the "
                                                      "model would run without torch.compile; set trainer.compile=true, "

@@ -30,8 +30,16 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from runner.data.pool import Progress, map_in_pool, process_alive
-from runner.data.scan import (DALI_DECODES, DEFAULT_SKIP_LIST, READER_CASE_SENSITIVE, FileIssue, try_decode,
-                              setup_decoder, reader_reads, scan_image_folder)
+from runner.data.scan import (
+    DALI_DECODES,
+    DEFAULT_SKIP_LIST,
+    READER_CASE_SENSITIVE,
+    FileIssue,
+    reader_reads,
+    scan_image_folder,
+    setup_decoder,
+    try_decode,
+)
 from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)

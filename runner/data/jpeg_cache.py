@@ -32,10 +32,19 @@ from typing import NamedTuple
 
 from PIL import Image, ImageOps, features
 
-from runner.data.cache import (MARKER, CacheSummary, cached_size, check_outside_source, claim_cache, find_splits,
-                               stale_entries, write_cache_skip_list, write_json_atomic)
+from runner.data.cache import (
+    MARKER,
+    CacheSummary,
+    cached_size,
+    check_outside_source,
+    claim_cache,
+    find_splits,
+    stale_entries,
+    write_cache_skip_list,
+    write_json_atomic,
+)
 from runner.data.pool import Progress, map_in_pool
-from runner.data.scan import DALI_DECODES, try_decode, setup_decoder, fingerprint, scan_image_folder
+from runner.data.scan import DALI_DECODES, fingerprint, scan_image_folder, setup_decoder, try_decode
 from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,14 @@ import os
 from pathlib import Path
 
 from runner.data.labels import LabelMap, labelled_files
-from runner.data.scan import DEFAULT_SKIP_LIST, CheckReport, ImageFolderScan, read_skip_list, scan_image_folder, write_skip_list
+from runner.data.scan import (
+    DEFAULT_SKIP_LIST,
+    CheckReport,
+    ImageFolderScan,
+    read_skip_list,
+    scan_image_folder,
+    write_skip_list,
+)
 
 CACHE = Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from runner.errors import ConfigError, closest, did_you_mean, list_names
 

@@ -8,11 +8,33 @@ import operator
 from typing import Any
 
 from runner.dsl import argtypes
-from runner.dsl.catalog import (GPU_COPY_OP, RUNNER_OWNED, Catalog, OpInfo, describe_arg_names, load_catalog,
-                                math_functions)
+from runner.dsl.catalog import (
+    GPU_COPY_OP,
+    RUNNER_OWNED,
+    Catalog,
+    OpInfo,
+    describe_arg_names,
+    load_catalog,
+    math_functions,
+)
 from runner.dsl.checked import Arg, CheckedGraph, CheckedStep, Enum, ExprNode, Lit, OpNode, Stream, Typed
-from runner.dsl.graph import (EXPRESSIONS, GPU_COPY, Arith, Call, Const, Gpu, Graph, MathCall, Name, Param, Seq,
-                              Step, TypedConst, Unary, Value)
+from runner.dsl.graph import (
+    EXPRESSIONS,
+    GPU_COPY,
+    Arith,
+    Call,
+    Const,
+    Gpu,
+    Graph,
+    MathCall,
+    Name,
+    Param,
+    Seq,
+    Step,
+    TypedConst,
+    Unary,
+    Value,
+)
 from runner.errors import ConfigError, did_you_mean, list_names
 
 DEVICES = ("cpu", "gpu", "mixed")

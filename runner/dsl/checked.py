@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from runner.dsl.catalog import OpInfo
 from runner.dsl.graph import Graph, Step, Value
@@ -34,8 +34,8 @@ class Lit:
 class OpNode:
     op: OpInfo
     device: str
-    inputs: tuple["Arg", ...]
-    kwargs: tuple[tuple[str, "Arg"], ...]
+    inputs: tuple[Arg, ...]
+    kwargs: tuple[tuple[str, Arg], ...]
     injected: tuple[str, ...] = ()  # kwargs the runner added
 
 
@@ -50,11 +50,11 @@ class Typed:
 class ExprNode:
     """Arithmetic on streams, built by DALI from Python's operators and nvidia.dali.math."""
     op: str                        # "+", ">", "^", ... (two operands), "-", "~" (one), "math.clamp"
-    operands: tuple["Arg", ...]    # streams, operator or arithmetic results, Lit constants
+    operands: tuple[Arg, ...]    # streams, operator or arithmetic results, Lit constants
     device: str                    # gpu when any operand is on the GPU (DALI copies the others there), else cpu
 
 
-Arg = Union[Stream, Enum, Lit, OpNode, ExprNode]
+Arg = Stream | Enum | Lit | OpNode | ExprNode
 
 
 @dataclass(frozen=True)

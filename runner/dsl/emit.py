@@ -12,8 +12,21 @@ from typing import Any
 from runner.dsl.catalog import GPU_COPY_OP
 from runner.dsl.checked import Arg, CheckedGraph, Enum, ExprNode, Lit, OpNode, Stream, Typed
 from runner.dsl.compile import PipelineArgs
-from runner.dsl.graph import (ATOM, PRECEDENCE, Arith, Call, Const, Gpu, Name, Param, Seq, TypedConst, Unary, Value,
-                              needs_parens)
+from runner.dsl.graph import (
+    ATOM,
+    PRECEDENCE,
+    Arith,
+    Call,
+    Const,
+    Gpu,
+    Name,
+    Param,
+    Seq,
+    TypedConst,
+    Unary,
+    Value,
+    needs_parens,
+)
 from runner.errors import display_path
 
 RESERVED = {"fn", "math", "types", "pipeline_def", "PIPELINE_ARGS", "auto_augment", "rand_augment", "trivial_augment"}

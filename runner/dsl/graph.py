@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Const:
 @dataclass(frozen=True)
 class Seq:
     """A list or tuple literal: `[0.485 * 255, ...]`, `(224, 224)`."""
-    items: tuple["Value", ...]
+    items: tuple[Value, ...]
     tuple_: bool = False
 
 
@@ -46,29 +46,29 @@ class Arith:
     """`a * b`, `a > b`, `a ^ b` as Python writes them: folded when both sides are constants, else DALI's
     arithmetic on streams (`images / 255`, `0.4 * cats + 0.6 * dogs`, `mask = images > 128`)."""
     op: str
-    left: "Value"
-    right: "Value"
+    left: Value
+    right: Value
 
 
 @dataclass(frozen=True)
 class Unary:
     """`-x`, `+x`, `~x`."""
     op: str
-    operand: "Value"
+    operand: Value
 
 
 @dataclass(frozen=True)
 class MathCall:
     """A function of `nvidia.dali.math` on streams: `math.clamp(images, 0, 255)`, `dali.math.sqrt(x)`."""
     func: str                                  # the function's name in nvidia.dali.math: "clamp"
-    args: tuple["Value", ...]
-    kwargs: tuple[tuple[str, "Value"], ...] = ()
+    args: tuple[Value, ...]
+    kwargs: tuple[tuple[str, Value], ...] = ()
 
 
 @dataclass(frozen=True)
 class TypedConst:
     """`types.Constant(4).uint16()`, `Constant(15, dtype=types.FLOAT)`: a number of a chosen DALI type."""
-    value: "Value"
+    value: Value
     dtype: str                                 # DALIDataType name: UINT16
     method: str | None = None                  # written as `.uint16()` (else as dtype=)
 
@@ -77,14 +77,14 @@ class TypedConst:
 class Call:
     """An operator call, by its `fn` name: `random.coin_flip(probability=0.5)`."""
     op: str
-    inputs: tuple["Value", ...]
-    kwargs: tuple[tuple[str, "Value"], ...]
+    inputs: tuple[Value, ...]
+    kwargs: tuple[tuple[str, Value], ...]
 
-    def kwarg(self, name: str) -> "Value | None":
+    def kwarg(self, name: str) -> Value | None:
         return next((v for k, v in self.kwargs if k == name), None)
 
 
-Value = Union[Name, Gpu, Param, Const, Seq, Arith, Unary, MathCall, TypedConst, Call]
+Value = Name | Gpu | Param | Const | Seq | Arith | Unary | MathCall | TypedConst | Call
 EXPRESSIONS = (Arith, Unary, MathCall)  # what may compute a stream besides an operator call
 
 # Python's operator precedence, for printing expressions with the parentheses they need

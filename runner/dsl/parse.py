@@ -15,8 +15,23 @@ import ast
 import re
 
 from runner.config.load import PipelineSource
-from runner.dsl.graph import (EXPRESSIONS, GPU_COPY, Arith, Call, Const, Gpu, Graph, MathCall, Name, Param,
-                              Seq, Step, TypedConst, Unary, Value)
+from runner.dsl.graph import (
+    EXPRESSIONS,
+    GPU_COPY,
+    Arith,
+    Call,
+    Const,
+    Gpu,
+    Graph,
+    MathCall,
+    Name,
+    Param,
+    Seq,
+    Step,
+    TypedConst,
+    Unary,
+    Value,
+)
 from runner.errors import ConfigError
 
 _PARAM_PREFIX = "__param__"

@@ -7,7 +7,8 @@ happy); an *eval* epoch covers this rank's shard exactly once (partial batches i
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Protocol
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch

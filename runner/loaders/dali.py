@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -50,7 +51,7 @@ class DaliLoader:
     @classmethod
     def create(cls, data: DataConfig, pipelines: PipelinesConfig, graphs: dict, role: str, target: Dist, *,
                seed: int, at: Callable[[str], dict], state: Any = None,
-               checkpointing: bool = False) -> "DaliLoader":
+               checkpointing: bool = False) -> DaliLoader:
         """`graphs`: the role's checked graphs (dali_plan.checked_pipelines), with a hybrid's copy under HYBRID;
         `at`: the error location of an experiment key (LoadedExperiment.at), for errors about data keys."""
         parts = [role] + ([HYBRID] if role == "train" and HYBRID in graphs else [])

@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
-from runner.errors import DataError, display_path
-from runner.machine import cpu_cores
 from runner.data.paths import split_dir
 from runner.data.splits import train_label_map
 from runner.dist import Dist
+from runner.errors import DataError, display_path
+from runner.machine import cpu_cores
 
 
 def load_rgb(path: str):
@@ -23,7 +24,7 @@ def load_rgb(path: str):
         return pil_loader(path)
     except (OSError, ValueError, SyntaxError) as e:
         raise DataError(f"cannot decode {display_path(Path(path))} ({type(e).__name__}: {e}). `runner data check "
-                        f"{display_path(Path(path).parent.parent)}` lists every such file, and runs leave them out.")
+                        f"{display_path(Path(path).parent.parent)}` lists every such file, and runs leave them out.") from None
 
 
 def label_by_name(dataset, labels, at: dict) -> None:
@@ -123,7 +124,7 @@ class FolderLoader:
         self._epoch = 0
 
     @classmethod
-    def create(cls, v, role: str, target: Dist, *, state: Any = None) -> "FolderLoader":
+    def create(cls, v, role: str, target: Dist, *, state: Any = None) -> FolderLoader:
         from torchvision.datasets import ImageFolder
 
         from runner.loaders.transforms import build_transforms

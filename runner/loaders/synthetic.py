@@ -1,7 +1,8 @@
 """Random batches created once on the device: the loader costs nothing, so this is the compute ceiling."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -14,7 +15,7 @@ class SyntheticLoader:
         self.steps_per_epoch = steps
 
     @classmethod
-    def create(cls, v, role: str, target: Dist) -> "SyntheticLoader":
+    def create(cls, v, role: str, target: Dist) -> SyntheticLoader:
         cfg, device = v.config, target.device
         batch = cfg.data.batch_size if role == "train" else (cfg.data.eval_batch_size or cfg.data.batch_size)
         synth = cfg.data.synth

@@ -76,10 +76,10 @@ def logged_fingerprint(run: RunRecord, role: str) -> dict[str, str] | None:
 
 def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
     """This machine's fingerprint of what `role` would read, a reason it has none, or None (no files read)."""
+    from runner.data.paths import split_dir
     from runner.data.scan import fingerprint
     from runner.errors import DataError
     from runner.launch import reader_suffixes
-    from runner.data.paths import split_dir
 
     if v.config.data.loader == "synthetic" or (role == "eval" and "eval" not in v.graphs
                                                and v.config.data.loader == "dali"):

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-
 if TYPE_CHECKING:
     from runner.config.sections import TrackingConfig
 

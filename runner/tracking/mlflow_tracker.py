@@ -26,10 +26,18 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runner.errors import RunnerError
-
 from runner.tracking.base import FinishResult, shown_path, sync_command
-from runner.tracking.uri import (BATCH_METRICS, BATCH_PARAMS, MAX_TAG_VAL_LENGTH, OFFLINE_DIR, STATUSES, mlflow_client,
-                                 truncate, flatten, store_env)
+from runner.tracking.uri import (
+    BATCH_METRICS,
+    BATCH_PARAMS,
+    MAX_TAG_VAL_LENGTH,
+    OFFLINE_DIR,
+    STATUSES,
+    flatten,
+    mlflow_client,
+    store_env,
+    truncate,
+)
 
 log = logging.getLogger("runner.tracking")
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
-
 from runner.tracking.mlflow_tracker import ensure_experiment, now_ms, short_reason
 from runner.tracking.uri import BATCH_METRICS, BATCH_PARAMS, OFFLINE_DIR, SYNCED_MARKER, mlflow_client
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from runner.errors import ConfigError, closest
 
-
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 OFFLINE_DIR = Path("mlflow-offline")
 SYNCED_MARKER = "synced.json"
