@@ -248,7 +248,7 @@ def test_server_down_at_start_then_dies_mid_run_and_returns(server, tmp_path, ca
         assert slowest < 0.05
         (tmp_path / "notes.txt").write_text("written during the outage")
         t.log_artifact(tmp_path / "notes.txt")
-        t.set_tags({"phase": "outage"})
+        t.set_tags({"stage": "outage"})
         time.sleep(1.0)  # the sender meets the dead server and retries quietly
 
         server.start()
@@ -256,7 +256,7 @@ def test_server_down_at_start_then_dies_mid_run_and_returns(server, tmp_path, ca
     assert (result.delivered, result.run_id, result.bundle) == (True, run_id, None)
     assert steps(server.uri, run_id, "loss") == list(range(300))
     run = open_store_run(server.uri, run_id)
-    assert (run.status, run.params, run.tags["phase"], run.artifacts) == ("FINISHED", {"lr": "0.1"}, "outage",
+    assert (run.status, run.params, run.tags["stage"], run.artifacts) == ("FINISHED", {"lr": "0.1"}, "outage",
                                                                           ("notes.txt",))
     warnings = [r.getMessage() for r in caplog.records]
     assert sum("does not answer" in w for w in warnings) == 2  # down at start; down mid-run
@@ -276,7 +276,7 @@ def test_server_never_returns_offline_bundle_then_sync(server, tmp_path, monkeyp
     for step in range(50, 150):
         t.log_metrics({"loss": 0.5, "acc": 0.9}, step)
     t.log_text("lr: 0.1\n", "config/experiment.yaml")
-    t.set_tags({"phase": "lost"})
+    t.set_tags({"stage": "lost"})
 
     result = t.finish("FAILED", timeout_s=2)
     assert (result.delivered, result.run_id, result.status) == (False, run_id, "FAILED")
@@ -292,7 +292,7 @@ def test_server_never_returns_offline_bundle_then_sync(server, tmp_path, monkeyp
     assert steps(server.uri, run_id, "loss") == list(range(150))
     assert steps(server.uri, run_id, "acc") == list(range(50, 150))
     run = open_store_run(server.uri, run_id)
-    assert (run.status, run.tags["phase"], run.artifacts) == ("FAILED", "lost", ("config/experiment.yaml",))
+    assert (run.status, run.tags["stage"], run.artifacts) == ("FAILED", "lost", ("config/experiment.yaml",))
     assert list_bundles() == []
     with pytest.raises(RunnerError, match=f"already synced \\(run {run_id} at {server.uri}\\)"):
         sync_offline(result.bundle, server.uri)
