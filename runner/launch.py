@@ -41,12 +41,13 @@ def ensure_data(v, *, quiet: bool = False) -> None:
                                progress=None if quiet else progress)
         return
     from runner.data.splits import check_split_sizes, scan_split
+    from runner.loaders.dali_plan import reader_suffixes
 
     suffixes = {}
     for role in ("train", "eval"):
         if role == "eval" and v.config.pipelines.eval is None and cfg.loader == "dali":
             continue
-        suffixes[role] = reader_suffixes(v, role)
+        suffixes[role] = reader_suffixes(v.graphs.get(role))
         scan_split(v.loaded, role, suffixes[role])  # DataError at data.root, naming folder and layout
     check_split_sizes(v.loaded, v.target.world, suffixes)  # here once, rather than in every process
 
@@ -121,6 +122,7 @@ def run_params(v, world: int) -> dict[str, str]:
     from runner import runinfo
     from runner.data import manifest
     from runner.data.scan import fingerprint
+    from runner.loaders.dali_plan import reader_suffixes
     from runner.tracking import flatten
 
     extra = dict(runinfo.seeds(v.config, world))
@@ -130,19 +132,10 @@ def run_params(v, world: int) -> dict[str, str]:
         for role in ("train", "eval"):
             folder = split_dir(v.config.data, role)
             if folder.is_dir():
-                fp = fingerprint(folder, reader_suffixes(v, role))
+                fp = fingerprint(folder, reader_suffixes(v.graphs.get(role)))
                 extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
                 extra.update(manifest.run_params(role, folder))  # a cache says what it was made from, and how
     return {**flatten(v.loaded.resolved), **flatten(extra)}
-
-
-def reader_suffixes(v, role: str) -> tuple[str, ...]:
-    """The file endings the role's reader reads (its file_filters; DALI's defaults otherwise)."""
-    from runner.data.scan import filter_suffixes
-    from runner.loaders.dali_plan import reader_suffixes as graph_suffixes
-
-    graph = v.graphs.get(role) if v.config.data.loader == "dali" else None
-    return graph_suffixes(graph) if graph else filter_suffixes(None)
 
 
 def log_run_inputs(v, tracker, world: int) -> None:

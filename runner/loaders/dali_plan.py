@@ -143,10 +143,11 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
 
 
 def reader_suffixes(graph) -> tuple[str, ...]:
-    """The file endings a checked graph's first reader reads (its file_filters, or DALI's defaults)."""
+    """The file endings a checked graph's first reader reads (its file_filters, or DALI's defaults; the defaults
+    too for no graph, as for a loader other than DALI's)."""
     from runner.data.scan import filter_suffixes
 
-    reader = _first_operator(graph)
+    reader = _first_operator(graph) if graph is not None else None
     filters = dict(reader.kwargs).get("file_filters") if reader is not None else None
     return filter_suffixes(filters.value if filters is not None else None)
 

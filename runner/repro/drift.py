@@ -79,7 +79,7 @@ def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
     from runner.data.paths import split_dir
     from runner.data.scan import fingerprint
     from runner.errors import DataError
-    from runner.launch import reader_suffixes
+    from runner.loaders.dali_plan import reader_suffixes
 
     if v.config.data.loader == "synthetic" or (role == "eval" and "eval" not in v.graphs
                                                and v.config.data.loader == "dali"):
@@ -88,7 +88,7 @@ def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
     if not folder.is_dir():
         return f"not found: {folder}"
     try:
-        return {k: str(val) for k, val in fingerprint(folder, reader_suffixes(v, role)).items()}
+        return {k: str(val) for k, val in fingerprint(folder, reader_suffixes(v.graphs.get(role))).items()}
     except DataError as e:
         return f"unreadable: {e.message}"
 
