@@ -59,6 +59,8 @@ def find_latest(checkpoint_dir: str | Path, experiment: str) -> Path | None:
 def fixed_settings(v, world: int) -> dict[str, Any]:
     """The settings a checkpoint's state is shaped by: the model's and optimizer's state dicts, and the readers'
     positions (which files each process lists, in which order, in batches of what size). Saved with it."""
+    from runner.accumulate import global_batch
+
     cfg = v.config
     train = v.loaded.pipelines.get("train")
     hybrid = train.hybrid if train else None
@@ -67,6 +69,7 @@ def fixed_settings(v, world: int) -> dict[str, Any]:
             "scheduler.name": cfg.scheduler.name, "seed": cfg.seed, "data.loader": cfg.data.loader,
             "data.root": cfg.data.root, "data.train_split": cfg.data.train_split,
             "data.batch_size": cfg.data.batch_size, "processes": world,
+            "trainer.global_batch_size": global_batch(cfg, world),
             "data.label_map": v.labels.digest if v.labels is not None else None,
             "pipelines.train.hybrid": None if hybrid is None else f"share {hybrid.share:g}, deal {hybrid.deal}"}
 

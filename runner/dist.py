@@ -21,6 +21,8 @@ class Dist:
     world: int = 1
     local_rank: int = 0
     local_world: int = 1
+    # reader slots per process (gradient accumulation): in a slot's view, rank and world count slots
+    slots: int = 1
 
     @cached_property
     def device(self) -> torch.device:

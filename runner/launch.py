@@ -49,7 +49,7 @@ def ensure_data(v, *, quiet: bool = False) -> None:
             continue
         suffixes[role] = reader_suffixes(v.graphs.get(role))
         scan_split(v.loaded, role, suffixes[role])  # DataError at data.root, naming folder and layout
-    check_split_sizes(v.loaded, v.target.world, suffixes)  # here once, rather than in every process
+    check_split_sizes(v.loaded, v.target.world, suffixes, accumulation=v.accumulation)  # once, not per process
 
 
 def checked_with_data(v, *, quiet: bool = False):
@@ -120,12 +120,14 @@ def run_torchrun(args: list[str], processes: int) -> int:
 def run_params(v, world: int) -> dict[str, str]:
     """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
     from runner import runinfo
+    from runner.accumulate import check_accumulation
     from runner.data import manifest
     from runner.data.scan import fingerprint
     from runner.loaders.dali_plan import reader_suffixes
     from runner.tracking import flatten
 
-    extra = dict(runinfo.seeds(v.config, world))
+    accumulation = check_accumulation(v.loaded, world)
+    extra = {"trainer.accumulation": accumulation, **runinfo.seeds(v.config, world * accumulation)}  # seeds per slot
     if v.labels is not None:
         extra["data.num_classes"] = len(v.labels)
     if v.config.data.loader != "synthetic":

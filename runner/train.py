@@ -7,8 +7,10 @@ small all-reduce that also carries throughput and the stop request.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 from runner import checkpoint
+from runner.accumulate import MicroBatch, check_accumulation, create_train_loader, global_batch
 from runner.dist import Dist, all_gather_objects, all_sum
 from runner.loaders import create_loader
 from runner.models import create_model
@@ -136,12 +139,13 @@ class Step:
     scaler: torch.amp.GradScaler
     amp: dict[str, Any]
     tc: Any                                  # the trainer section
+    ddp: nn.Module | None = None             # the DDP wrapper, whose all-reduce accumulation micro-steps skip
 
 
 def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[str, Any] | None = None) -> Step:
     """Optimizer, schedule, loss scaler and the wrapped net around `model`; their states from `resume` when given."""
     cfg, tc = v.config, v.config.trainer
-    optimizer = create_optimizer(model, cfg.optimizer, cfg.data.batch_size * d.world)
+    optimizer = create_optimizer(model, cfg.optimizer, global_batch(cfg, d.world))  # the lr scales with it
     # the schedule spans the planned epochs; max_steps only stops early, on the same curve
     scheduler = create_scheduler(optimizer, cfg.scheduler, steps_per_epoch, tc.epochs * steps_per_epoch)
     # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler passes through)
@@ -152,37 +156,47 @@ def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[
         scheduler.load_state_dict(resume["scheduler"])
         scaler.load_state_dict(resume["scaler"])
         torch.set_rng_state(resume["rng"][d.rank])
-    net = model
+    net = ddp = None
     if d.enabled:  # after loading: DDP broadcasts rank 0's weights when it wraps the model
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
-    return Step(model=model, net=compiled(net, tc), criterion=nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing),
-                optimizer=optimizer, scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device),
-                tc=tc)
+        net = ddp = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda"
+                                                        else None)
+    return Step(model=model, net=compiled(net or model, tc),
+                criterion=nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing), optimizer=optimizer,
+                scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device), tc=tc, ddp=ddp)
 
 
-def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward under autocast and backward of the (scaled) loss; returns the loss and the logits."""
+def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor, *,
+                          accumulation: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward under autocast and backward of the (scaled) loss, added to the gradients; returns the loss and the
+    logits."""
     if s.tc.channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     step_begin(s.tc)
     with torch.autocast(**s.amp):
         logits = s.net(images)
         loss = s.criterion(logits.float(), labels)  # the loss in fp32: a low-precision softmax loses small terms
-    s.optimizer.zero_grad(set_to_none=True)  # None, not zeros: no memset, and the backward writes fresh
-    s.scaler.scale(loss).backward()  # DDP all-reduces the gradients during this backward
+    # / accumulation: the summed gradients are the mean over the micro-batches, as DDP's are over processes
+    s.scaler.scale(loss / accumulation if accumulation > 1 else loss).backward()
     return loss, logits
 
 
-def train_step(s: Step, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step on one batch; reads no device value (the loop reads the sums once per window)."""
-    loss, logits = forward_backward_step(s, images, labels)
+def train_step(s: Step, micro: Sequence[MicroBatch]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One optimizer step on this process's micro-batches, one per reader slot (gradient accumulation); returns
+    each one's loss and logits. Reads no device value (the loop reads the sums once per window)."""
+    s.optimizer.zero_grad(set_to_none=True)  # None, not zeros: no memset, and the first backward writes fresh
+    out = []
+    for j, mb in enumerate(micro):
+        last = j == len(micro) - 1
+        # DDP all-reduces during the backward: only the last micro-step's, over the gradients summed by then
+        with s.ddp.no_sync() if s.ddp is not None and not last else contextlib.nullcontext():
+            out.append(forward_backward_step(s, mb.images, mb.labels, accumulation=len(micro)))
     if s.tc.grad_clip_norm:
         s.scaler.unscale_(s.optimizer)  # clip the true gradients, not the fp16-scaled ones
         torch.nn.utils.clip_grad_norm_(s.model.parameters(), s.tc.grad_clip_norm)
     s.scaler.step(s.optimizer)  # skips the step when fp16 gradients overflowed
     s.scaler.update()
-    s.scheduler.step()  # the schedule moves per step, not per epoch
-    return loss, logits
+    s.scheduler.step()  # the schedule moves per optimizer step, not per epoch or micro-step
+    return out
 
 
 class Window:
@@ -280,7 +294,8 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     configure_torch(cfg, d)
     model = build_model(cfg, d)
     loader_state = resume["loader_states"][d.rank] if resume else None
-    train_loader = create_loader(v, "train", d, state=loader_state, checkpointing=True)
+    accumulation = check_accumulation(v.loaded, d.world)  # d.world: a user's own torchrun may differ from v's
+    train_loader = create_train_loader(v, d, accumulation, state=loader_state, checkpointing=True)
     eval_loader = create_loader(v, "eval", d) if tc.eval_every_n_epochs else None
     steps_per_epoch = train_loader.steps_per_epoch
     total_steps = tc.epochs * steps_per_epoch if tc.max_steps is None else min(tc.max_steps, tc.epochs * steps_per_epoch)
@@ -301,15 +316,15 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             while step < total_steps:
                 t0 = time.perf_counter()
                 try:
-                    images, labels = next(batches)
+                    micro = next(batches)
                 except StopIteration:
                     break
                 telemetry.meter.wait(time.perf_counter() - t0)
-                loss, logits = train_step(s, images, labels)
-                window.add(loss, logits, labels)
+                for mb, (loss, logits) in zip(micro, train_step(s, micro)):
+                    window.add(loss, logits, mb.labels)
                 step += 1
                 batch += 1
-                telemetry.meter.step(labels.shape[0], time.perf_counter())
+                telemetry.meter.step(sum(mb.labels.shape[0] for mb in micro), time.perf_counter())
 
                 stopping = stop.signal is not None and not d.enabled  # alone: stop at once
                 last_of_epoch = batch == steps_per_epoch or step == total_steps

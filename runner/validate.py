@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.accumulate import accumulation_note, check_accumulation
 from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import schedule_notes
 from runner.data.labels import LabelMap
@@ -25,6 +26,7 @@ class Validated:
     notes: tuple[str, ...] = ()                  # settings that run as written but may surprise
     labels: LabelMap | None = None               # the train split's class names -> labels (None: not read here)
     label_notes: tuple[str, ...] = ()            # what the eval split or model.num_classes leave out, said once
+    accumulation: int = 1                        # batches each process accumulates per optimizer step
 
     @property
     def config(self):
@@ -57,10 +59,13 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.at("trainer.accelerator"))
     procs = processes_per_node(trainer.devices, acc, loaded.at("trainer.devices")) if accelerator is None else 1
     target = Dist(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
+    accumulation = check_accumulation(loaded, target.world)
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
     labels, notes = check_labels(loaded)
     return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs, labels=labels,
-                     label_notes=tuple(notes), notes=tuple(schedule_notes(loaded.config)))
+                     label_notes=tuple(notes), accumulation=accumulation,
+                     notes=(*schedule_notes(loaded.config), *accumulation_note(loaded.config, target.world,
+                                                                                accumulation)))
 
 
 def with_data(v: Validated) -> Validated:

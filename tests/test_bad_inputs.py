@@ -348,6 +348,14 @@ CASES = [
          expected="photos: exists and is a folder without .runner-synth.json, not a synthetic dataset made by runner. "
                   "runner does not write into (or delete) data it did not make: choose a new or empty folder, or "
                   "remove this one."),
+    # ---- gradient accumulation (trainer.global_batch_size)
+    Case("global batch not a whole number of batches per process",
+         exp=EXP.replace("trainer: {epochs: 1}", "trainer: {epochs: 1, global_batch_size: 6}"),
+         args=VALIDATE + ["trainer.devices=2"],
+         expected="experiments/exp.yaml:2: trainer.global_batch_size: 6 is not a whole multiple of data.batch_size x "
+                  "processes = 2 x 2 = 4: each optimizer step accumulates the same whole number of batches of "
+                  "data.batch_size on every process. Valid here: 4, 8, 12, ... (accumulating 1, 2, 3, ... batches), "
+                  "or null (4); or change data.batch_size."),
 ]
 
 

@@ -206,7 +206,8 @@ def test_resume_under_settings_the_checkpoint_does_not_fit_is_refused_before_any
     assert refused.wait(timeout=120) == 2
     assert out.splitlines()[-1] == (
         f"error: --resume: checkpoint {ckpt.relative_to(workdir)} cannot resume under these settings: "
-        "data.batch_size: 4 in the checkpoint, 8 now; pipelines.train.hybrid: none in the checkpoint, share 0.5, deal "
+        "data.batch_size: 4 in the checkpoint, 8 now; trainer.global_batch_size: 4 in the checkpoint, 8 now; "
+        "pipelines.train.hybrid: none in the checkpoint, share 0.5, deal "
         "random now. Its model, optimizer and data readers' "
         "positions were saved under the checkpoint's values: launch with those, or start a new run without --resume.")
     assert "Traceback" not in out and ckpt.read_bytes() == saved
@@ -215,7 +216,7 @@ def test_resume_under_settings_the_checkpoint_does_not_fit_is_refused_before_any
     assert two.wait(timeout=120) == 2 and "torchrun" not in out  # refused once, before any process is started
     assert [ln for ln in out.splitlines() if ln.startswith("error:")] == [
         f"error: --resume: checkpoint {ckpt.relative_to(workdir)} cannot resume under these settings: processes: 1 "
-        "in the checkpoint, 2 now. Its model, optimizer and data readers' positions were saved under the "
+        "in the checkpoint, 2 now; trainer.global_batch_size: 4 in the checkpoint, 8 now. Its model, optimizer and data readers' positions were saved under the "
         "checkpoint's values: launch with those, or start a new run without --resume."]
     run_after, _ = history(workdir, "short")
     assert run_after.info.status == "FINISHED"  # the run was not reopened, nor marked failed

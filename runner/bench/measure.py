@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from runner.accumulate import MicroBatch
 from runner.dist import Dist, setup
 from runner.telemetry import LaunchThreadsWindow
 
@@ -128,7 +129,7 @@ class BareStep:
         t0 = time.perf_counter()
         images, labels = next(self.batches)
         self.wait += time.perf_counter() - t0
-        loss, _ = self.train_step(self.step, images, labels)
+        ((loss, _),) = self.train_step(self.step, [MicroBatch(self.d.rank, images, labels)])
         return loss
 
 

@@ -49,6 +49,9 @@ class SchedulerConfig:
 class TrainerConfig:
     epochs: int = bounded(1, ge=1)
     max_steps: int | None = bounded(None, ge=1)  # stop after this many optimizer steps in all
+    # images per optimizer step over all processes: a whole multiple of data.batch_size x processes, the rest
+    # made up by accumulating gradients over that many batches per process (null: data.batch_size x processes)
+    global_batch_size: int | None = bounded(None, ge=1)
     accelerator: Literal["auto", "cpu", "gpu"] = "auto"  # gpu: fail when the machine has none
     devices: int | Literal["auto"] = bounded("auto", ge=1)  # processes on this node: every GPU, or 1 on CPU
     precision: Precision = "fp32"

@@ -40,17 +40,21 @@ def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
         raise DataError(f"{e.file}: {e.message}", **loaded.at(key)) from None
 
 
-def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]]) -> None:
-    """A DataError when the train split holds less than one batch for each of `world` processes, or DALI's eval
-    reader would have a process with no image (it refuses more shards than files)."""
+def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]], *,
+                      accumulation: int = 1) -> None:
+    """A DataError when the train split holds less than one batch for each of `world` processes (for each of their
+    `accumulation` reader slots), or DALI's eval reader would have a process with no image (it refuses more shards
+    than files)."""
     from runner.errors import DataError
 
     data = loaded.config.data
     files = _readable_count(data, "train", suffixes["train"])
-    if files // world < data.batch_size:
-        fix = f"lower data.batch_size to at most {files // world}, or add images" if files >= world else "add images"
-        raise DataError(f"{data.batch_size} images per process for {world} process(es) need at least "
-                        f"{data.batch_size * world} training images, but {display_path(split_dir(data, 'train'))} "
+    slots = world * accumulation
+    if files // slots < data.batch_size:
+        fix = f"lower data.batch_size to at most {files // slots}, or add images" if files >= slots else "add images"
+        per = "per process" if accumulation == 1 else f"per batch, {accumulation} batches accumulated per step,"
+        raise DataError(f"{data.batch_size} images {per} for {world} process(es) need at least "
+                        f"{data.batch_size * slots} training images, but {display_path(split_dir(data, 'train'))} "
                         f"holds {files} that the reader reads; {fix}.", **loaded.at("data.batch_size"))
     if "eval" in suffixes and data.loader == "dali" and loaded.config.trainer.eval_every_n_epochs:
         files = _readable_count(data, "eval", suffixes["eval"])

@@ -176,14 +176,15 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
 
 def dali_threads(data: DataConfig, target: Dist) -> int:
     """data.num_threads, or ~75% of this process's share of the cores (a common rule of thumb), or with
-    data.reserved_cores every core of the share not reserved."""
+    data.reserved_cores every core of the share not reserved; auto is split between the process's reader slots."""
     if data.num_threads != "auto":
         return int(data.num_threads)
+    slots = max(1, target.slots)  # gradient accumulation: one pipeline per slot, all in this process
     if data.reserved_cores:
         from runner.affinity import PROCESS_CORES  # the training thread may be pinned to the reserved ones by now
 
-        return max(1, len(PROCESS_CORES) // max(1, target.local_world) - data.reserved_cores)
-    return max(1, int(cpu_cores() / max(1, target.local_world) * 0.75))
+        return max(1, (len(PROCESS_CORES) // max(1, target.local_world) - data.reserved_cores) // slots)
+    return max(1, int(cpu_cores() / max(1, target.local_world) / slots * 0.75))
 
 
 def dali_seed(seed: int, rank: int, role: str) -> int:

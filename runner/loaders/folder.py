@@ -144,7 +144,9 @@ class FolderLoader:
                                 drop_last=role == "train")
         if role == "train" and sampler.length == 0:
             raise DataError(f"the training set has {len(dataset)} images: fewer than one batch of {batch} per process.")
-        workers = max(0, cpu_cores() // target.local_world - 1) if tv.num_workers == "auto" else tv.num_workers
+        # auto: the process's cores, less the training thread's, split between its reader slots
+        workers = max(0, cpu_cores() // (target.local_world * target.slots) - 1) if tv.num_workers == "auto" \
+            else tv.num_workers
         loader = DataLoader(SeededSamples(dataset), batch_size=batch, sampler=sampler, num_workers=workers,
                             generator=torch.Generator().manual_seed(v.config.seed),  # not the training RNG's draws
                             pin_memory=tv.pin_memory and device.type == "cuda", drop_last=role == "train",

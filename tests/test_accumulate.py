@@ -1,0 +1,214 @@
+"""Gradient accumulation (trainer.global_batch_size): the same YAML gives the same optimisation on 1 process or N.
+
+What matches, and why: a process accumulating over slots j reads, for each micro-step, the shard and seeds rank
+rank * accumulation + j of a run without accumulation reads, so the batches are the same bytes. In training mode
+BatchNorm normalises each forward by that forward's batch, and a micro-batch of the accumulating process is the
+batch of the matching process of the other run, so each micro-batch's loss is the same; the mean of the
+micro-batches' gradients is the mean DDP takes over processes. The train loss and lr curves therefore match to
+float tolerance. BatchNorm's running statistics do not (DDP keeps rank 0's, broadcast every forward; accumulation
+updates them with every micro-batch), so evaluation is left out of the comparison.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from runner.accumulate import create_train_loader
+from runner.dist import Dist
+from tests.conftest import REPO, run_cli, write_image_folder
+
+EXPERIMENT = """\
+name: acc
+seed: 5
+model: {{name: resnet18, num_classes: 3}}
+optimizer: {{lr: 0.02, lr_reference_batch: 4}}
+scheduler: {{name: cosine}}
+trainer: {{epochs: 2, log_every_n_steps: 1, deterministic: true, eval_every_n_epochs: 0, global_batch_size: 8}}
+data: {{root: {root}, batch_size: 4}}
+pipelines:
+  train: {{use: imagenet_train, params: {{size: 32}}}}
+  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
+tracking: {{experiment: acc}}
+"""
+
+
+@pytest.fixture
+def exp(project, image_dataset) -> Path:
+    (project / "experiments" / "acc.yaml").write_text(EXPERIMENT.format(root=image_dataset))
+    return project / "experiments" / "acc.yaml"
+
+
+# ---- validation -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.global_batch_size=12", "trainer.devices=2"],
+     "error: command line 'trainer.global_batch_size=12': trainer.global_batch_size: 12 is not a whole multiple of "
+     "data.batch_size x processes = 4 x 2 = 8: each optimizer step accumulates the same whole number of batches of "
+     "data.batch_size on every process. Valid here: 8, 16, 24, ... (accumulating 1, 2, 3, ... batches), or null "
+     "(8); or change data.batch_size.\n"),
+    (["trainer.global_batch_size=2"],
+     "error: command line 'trainer.global_batch_size=2': trainer.global_batch_size: 2 is not a whole multiple of "
+     "data.batch_size x processes = 4 x 1 = 4: each optimizer step accumulates the same whole number of batches of "
+     "data.batch_size on every process. Valid here: 4, 8, 12, ... (accumulating 1, 2, 3, ... batches), or null "
+     "(4); or change data.batch_size.\n"),
+])
+def test_a_global_batch_that_is_no_whole_number_of_batches_is_refused(exp, capsys, overrides, message):
+    code, _, err = run_cli(["validate", exp, *overrides], capsys)
+    assert code == 2 and err == message
+
+
+def test_the_global_batch_in_the_file_is_named_by_its_line(exp, capsys):
+    exp.write_text(exp.read_text().replace("global_batch_size: 8", "global_batch_size: 6"))
+    code, _, err = run_cli(["validate", exp], capsys)
+    assert code == 2 and err.startswith("error: experiments/acc.yaml:6: trainer.global_batch_size: 6 is not a whole "
+                                        "multiple of data.batch_size x processes = 4 x 1 = 4:"), err
+
+
+def test_validate_says_how_the_global_batch_is_reached(exp, capsys):
+    code, _, err = run_cli(["validate", exp, "trainer.devices=2", "trainer.global_batch_size=24"], capsys)
+    assert code == 0, err
+    assert ("note: trainer.global_batch_size=24: each optimizer step accumulates the gradients of 3 batches of 4 "
+            "(data.batch_size) on each of 2 process(es); trainer.max_steps, logging and the schedule count optimizer "
+            "steps.") in " ".join(err.split())
+    code, _, err = run_cli(["validate", exp, "trainer.global_batch_size=4"], capsys)
+    assert code == 0 and "accumulates" not in err
+
+
+# ---- slots read what ranks read -------------------------------------------------------------------------------
+
+def _digests(loader, epochs: int = 2) -> dict[tuple[int, int, int], str]:
+    """(epoch, step, slot) -> sha1 of that micro-batch's images and labels."""
+    out = {}
+    for e in range(epochs):
+        for i, micro in enumerate(loader.epoch()):
+            for mb in micro:
+                out[e, i, mb.slot] = hashlib.sha1(mb.images.numpy().tobytes() + mb.labels.numpy().tobytes()).hexdigest()
+    loader.close()
+    return out
+
+
+@pytest.mark.parametrize("loader", ["dali", "torchvision", "synthetic"])
+def test_one_process_with_two_slots_reads_the_batches_of_two_processes(exp, loader):
+    from runner.validate import validate
+
+    overrides = [f"data.loader={loader}", "data.torchvision.num_workers=0", "data.image_size=16",
+                 "data.torchvision.train=[RandomResizedCrop(16), ToTensor()]", "data.synth.per_class=4"]
+    v = validate(exp, overrides, accelerator="cpu")
+    two_slots = create_train_loader(v, Dist(), 2)
+    assert two_slots.slots == [0, 1]
+    ranks = [create_train_loader(v, Dist(rank=r, world=2), 1) for r in range(2)]
+    assert two_slots.steps_per_epoch == ranks[0].steps_per_epoch == ranks[1].steps_per_epoch > 0
+    accumulated = _digests(two_slots)
+    separate = {**_digests(ranks[0]), **_digests(ranks[1])}
+    assert accumulated == separate and len(accumulated) == 2 * 2 * two_slots.steps_per_epoch
+    if loader == "synthetic":  # a fixed batch per slot, as per rank
+        assert len(set(accumulated.values())) == 2
+    else:
+        assert len(set(accumulated.values())) == len(accumulated)  # every micro-batch its own
+
+
+def test_dali_auto_threads_are_split_between_a_process_slots(monkeypatch):
+    from runner.config.sections import DataConfig
+    from runner.loaders import dali_plan
+
+    monkeypatch.setattr(dali_plan, "cpu_cores", lambda: 16)
+    assert dali_plan.dali_threads(DataConfig(), Dist(local_world=2)) == 6
+    assert dali_plan.dali_threads(DataConfig(), Dist(local_world=2, slots=2)) == 3
+    assert dali_plan.dali_threads(DataConfig(num_threads=4), Dist(slots=2)) == 4  # as written
+
+
+# ---- end to end through `runner launch` --------------------------------------------------------------------------
+
+def launch(cwd: Path, *args: str, name: str, wait: bool = True) -> subprocess.Popen | str:
+    """`runner launch experiments/acc.yaml` pinned to one core: the intra-op thread count changes float reduction
+    order (oneDNN), so one process alone and each of two processes must run torch on one thread alike."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    core = min(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "runner", "launch", "experiments/acc.yaml",
+                             f"tracking.run_name={name}", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    if not wait:
+        return proc
+    out = proc.stdout.read()
+    assert proc.wait(timeout=600) == 0, out[-3000:]
+    return out
+
+
+def history(cwd: Path, name: str, key: str = "train/loss"):
+    client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+    exp = client.get_experiment_by_name("acc")
+    run = next(r for r in client.search_runs([exp.experiment_id]) if r.info.run_name == name)
+    return run, sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+
+
+@pytest.mark.slow
+def test_one_process_accumulating_two_batches_trains_as_two_processes(exp, project):
+    out = launch(project, "trainer.devices=1", "trainer.max_steps=4", name="one")
+    assert "accumulates the gradients of 2 batches of 4 (data.batch_size) on each of 1 process(es)" in out
+    launch(project, "trainer.devices=2", "trainer.max_steps=4", name="two")
+    one, one_loss = history(project, "one")
+    two, two_loss = history(project, "two")
+    assert (one.data.params["trainer.accumulation"], two.data.params["trainer.accumulation"]) == ("2", "1")
+    # 24 images in 2 slots of 12: 3 optimizer steps an epoch; max_steps=4 counts optimizer steps, into epoch 2
+    assert [s for s, _ in one_loss] == [s for s, _ in two_loss] == [1, 2, 3, 4]
+    assert [x for _, x in one_loss] == pytest.approx([x for _, x in two_loss], rel=1e-4)
+    # the lr scales with the global batch (8 / lr_reference_batch 4), on the same per-optimizer-step schedule
+    assert history(project, "one", "train/lr")[1] == history(project, "two", "train/lr")[1]
+    assert history(project, "one", "train/lr")[1][0][1] == pytest.approx(0.04 * 0.5 * (1 + torch.cos(
+        torch.tensor(torch.pi / 6)).item()))
+
+
+@pytest.mark.slow
+def test_a_stop_mid_epoch_with_accumulation_resumes_bit_identically(tmp_path):
+    (tmp_path / "experiments").mkdir()
+    import shutil
+
+    shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")
+    write_image_folder(tmp_path / "data" / "train", classes=3, per_class=12, seed=1)  # 2 slots x 18: 4 steps
+    write_image_folder(tmp_path / "data" / "val", classes=3, per_class=2, seed=2)
+    (tmp_path / "experiments" / "acc.yaml").write_text(EXPERIMENT.format(root="data"))
+    launch(tmp_path, name="full")
+    _, expected = history(tmp_path, "full")
+    assert len(expected) == 8  # 2 epochs of 4 optimizer steps
+
+    cut = launch(tmp_path, name="cut", wait=False)
+    seen = []
+    for line in cut.stdout:
+        seen.append(line)
+        if "(global 2)" in line:  # epoch 1, step 2 of 4
+            cut.send_signal(signal.SIGTERM)
+            break
+    out = "".join(seen) + cut.stdout.read()
+    assert cut.wait(timeout=120) == 143, out[-3000:]
+    run, _ = history(tmp_path, "cut")
+    ckpt = Path(tmp_path, run.data.tags["runner.checkpoint"])
+    state = torch.load(ckpt, weights_only=False)
+    assert state["epoch"] == 0 and 0 < state["batch"] < 4
+    slots = state["loader_states"][0]["slots"]
+    assert len(slots) == 2 and all(slots) and slots[0] != slots[1]  # each slot's DALI reader and RNG
+    assert state["fixed_settings"]["trainer.global_batch_size"] == 8
+
+    saved = ckpt.read_bytes()
+    refused = launch(tmp_path, "--resume", "last", "trainer.global_batch_size=4", name="cut", wait=False)
+    out = refused.stdout.read()
+    assert refused.wait(timeout=120) == 2, out
+    assert out.splitlines()[-1] == (
+        f"error: --resume: checkpoint {ckpt.relative_to(tmp_path)} cannot resume under these settings: "
+        "trainer.global_batch_size: 8 in the checkpoint, 4 now. Its model, optimizer and data readers' positions "
+        "were saved under the checkpoint's values: launch with those, or start a new run without --resume.")
+    assert ckpt.read_bytes() == saved
+
+    launch(tmp_path, "--resume", run.info.run_id, name="cut")
+    run, after = history(tmp_path, "cut")
+    assert run.info.status == "FINISHED"
+    assert after == expected  # every optimizer step's loss, bit for bit, across the interruption
