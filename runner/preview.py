@@ -367,7 +367,8 @@ class BatchPreview:
 
     def __init__(self, v, tracker, d: Dist, *, enabled: bool = True):
         self.v, self.tracker = v, tracker
-        self.pending = {"train", "eval"} if enabled and d.main and tracker.run_id is not None else set()
+        tracked = getattr(tracker, "run_id", None) is not None  # a NullTracker (other ranks, tracking off) has none
+        self.pending = {"train", "eval"} if enabled and d.main and tracked else set()
 
     def take(self, role: str, images: torch.Tensor, targets: torch.Tensor) -> None:
         """Log `role`'s grid from this batch the first time it is called for the role; after that, nothing."""

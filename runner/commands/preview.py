@@ -17,23 +17,32 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
+def check_arguments(args) -> None:
+    """--pipeline and -n, before any work."""
+    if args.pipeline not in PIPELINES:
+        raise RunnerError(f"'{args.pipeline}' is not a pipeline; choose {', '.join(PIPELINES[:-1])} or "
+                          f"{PIPELINES[-1]}." + did_you_mean(args.pipeline, PIPELINES), file="command line",
+                          where="--pipeline")
+    if args.n < 1:
+        raise RunnerError(f"{args.n} images: draw at least one (-n 16 draws sixteen).", file="command line",
+                          where="-n")
+
+
 def check_pipeline(v, pipeline: str) -> None:
     """The --pipeline the experiment has: a ConfigError naming the ones it does have otherwise."""
     from runner.loaders.dali_plan import HYBRID
 
-    if pipeline not in PIPELINES:
-        raise RunnerError(f"'{pipeline}' is not a pipeline; choose train, eval or {HYBRID}."
-                          + did_you_mean(pipeline, PIPELINES), file="command line", where="--pipeline")
     cfg = v.config
     if pipeline == HYBRID and (cfg.data.loader != "dali" or cfg.pipelines.train.hybrid is None):
         why = ("pipelines.train.hybrid is not set" if cfg.data.loader == "dali"
                else f"data.loader is '{cfg.data.loader}', and a hybrid copy is a DALI pipeline")
-        raise ConfigError(f"--pipeline {HYBRID}: the experiment's train pipeline has no hybrid copy ({why}); "
-                          "choose train or eval, or set pipelines.train.hybrid (docs/pipelines.md, \"Hybrid\").",
+        raise ConfigError(f"the train pipeline has no hybrid copy ({why}), so --pipeline {HYBRID} has nothing "
+                          "to show; choose train or eval, or set pipelines.train.hybrid (docs/pipelines.md, "
+                          "\"Hybrid\").",
                           **v.loaded.at("pipelines.train"))
     if pipeline == "eval" and cfg.data.loader == "dali" and cfg.pipelines.eval is None:
-        raise ConfigError("--pipeline eval: the experiment has no eval pipeline (pipelines.eval is not set); "
-                          "choose train.", file=v.loaded.path, where="pipelines.eval")
+        raise ConfigError("the experiment has no eval pipeline (pipelines.eval is not set), so --pipeline eval "
+                          "has nothing to show; choose train.", file=v.loaded.path, where="pipelines.eval")
 
 
 def run(args) -> int:
@@ -43,9 +52,7 @@ def run(args) -> int:
     from runner.validate import validate
 
     path, overrides = experiment_and_overrides(args)
-    if args.n < 1:
-        raise RunnerError(f"-n {args.n}: draw at least one image (-n 16 draws sixteen).", file="command line",
-                          where="-n")
+    check_arguments(args)
     if args.output:
         check_writable(args.output)
     v = validate(path, overrides)
