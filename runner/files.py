@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 from runner.errors import RunnerError, display_path
@@ -33,8 +33,9 @@ def write_bytes_atomic(path: str | Path, data: bytes, option: str = "--output") 
 def _write_atomic(path: str | Path, data: str | bytes, mode: str, option: str) -> Path:
     path = check_writable(path, option)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, mode) as f:
+        # open(..., "x"), not mkstemp: the file gets the umask's permissions, not mkstemp's private 0600
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        with open(tmp, mode.replace("w", "x")) as f:
             f.write(data)
         os.replace(tmp, path)
     except OSError as e:

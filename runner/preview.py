@@ -10,6 +10,7 @@ import io
 import logging
 import math
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,7 @@ class Denorm:
         """NHWC pipeline output -> the normalising step's input values."""
         channels = x.shape[-1]
         mean, std = _per_channel(self.mean, channels), _per_channel(self.std, channels)
-        return (x - self.shift) / self.scale * std + mean
+        return (x - np.float32(self.shift)) / np.float32(self.scale) * std + mean
 
 
 def _numbers(values: tuple[float, ...]) -> str:
@@ -68,7 +69,7 @@ def _numbers(values: tuple[float, ...]) -> str:
 
 
 def _per_channel(values: tuple[float, ...], channels: int) -> np.ndarray:
-    v = np.asarray(values, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float32)
     return v if v.size in (1, channels) else np.resize(v, channels)
 
 
@@ -145,7 +146,7 @@ def display_pixels(images: torch.Tensor, parts: list[tuple[int | None, Denorm]])
     """A batch as the loader yields it (NCHW, or NHWC) -> uint8 NHWC RGB, its normalisation undone. Values
     are read as 0-255 when the tensor is uint8 or any exceeds 1.5 (DALI's decoded range), else as 0-1
     (torchvision's ToTensor)."""
-    x = images.detach().float().cpu().numpy().astype(np.float64)
+    x = images.detach().float().cpu().numpy()
     if x.ndim == 3:
         x = x[:, None]
     if not (x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4)):
@@ -160,7 +161,7 @@ def display_pixels(images: torch.Tensor, parts: list[tuple[int | None, Denorm]])
         if denorm.stretch:
             low = part.min(axis=(1, 2, 3), keepdims=True)
             high = part.max(axis=(1, 2, 3), keepdims=True)
-            out.append((part - low) / np.maximum(high - low, 1e-12))
+            out.append((part - low) / np.maximum(high - low, 1e-6))
             continue
         values = denorm.invert(part)
         wide = not images.dtype.is_floating_point or values.max(initial=0.0) > 1.5
@@ -362,22 +363,38 @@ def preview_png(v, pipeline: str, n: int) -> tuple[bytes, int]:
 
 
 class BatchPreview:
-    """A launch's first train batch and first eval batch as grids (preview/train.png, preview/eval.png): drawn
-    on rank 0, once each, from the batch the loop already holds; nothing where nothing is tracked."""
+    """A launch's first train batch and first eval batch as grids (preview/train.png, preview/eval.png): taken
+    on rank 0, once each, from the batch the loop already holds (its first images copied to the CPU), and drawn
+    and logged on a thread of their own so the loop does not wait; nothing where nothing is tracked."""
 
     def __init__(self, v, tracker, d: Dist, *, enabled: bool = True):
         self.v, self.tracker = v, tracker
         tracked = getattr(tracker, "run_id", None) is not None  # a NullTracker (other ranks, tracking off) has none
         self.pending = {"train", "eval"} if enabled and d.main and tracked else set()
+        self.threads: list[threading.Thread] = []
 
     def take(self, role: str, images: torch.Tensor, targets: torch.Tensor) -> None:
         """Log `role`'s grid from this batch the first time it is called for the role; after that, nothing."""
         if role not in self.pending:
             return
         self.pending.discard(role)
-        pixels = display_pixels(images[:LAUNCH_IMAGES], batch_denorms(self.v, role))
-        png = render(self.v, role, pixels, targets[:LAUNCH_IMAGES], len(images))
-        with tempfile.TemporaryDirectory(prefix="runner-preview-") as tmp:
-            path = Path(tmp) / f"{role}.png"
-            path.write_bytes(png)
-            self.tracker.log_artifact(path, ARTIFACT_DIR)  # copied now: the folder may go
+        batch = (images[:LAUNCH_IMAGES].detach().cpu(), targets[:LAUNCH_IMAGES].detach().cpu(), len(images))
+        thread = threading.Thread(target=self._log, args=(role, *batch), name=f"preview-{role}", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _log(self, role: str, images: torch.Tensor, targets: torch.Tensor, batch: int) -> None:
+        try:
+            png = render(self.v, role, display_pixels(images, batch_denorms(self.v, role)), targets, batch)
+            with tempfile.TemporaryDirectory(prefix="runner-preview-") as tmp:
+                path = Path(tmp) / f"{role}.png"
+                path.write_bytes(png)
+                self.tracker.log_artifact(path, ARTIFACT_DIR)  # copied now: the folder may go
+        except Exception as e:  # a grid that cannot be drawn costs the run its picture, not its training
+            log.warning("%s/%s.png not logged: %s: %s", ARTIFACT_DIR, role, type(e).__name__, e)
+
+    def close(self) -> None:
+        """Wait for the grids still being drawn, so that they reach the tracker before the run finishes."""
+        for thread in self.threads:
+            thread.join()
+        self.threads = []

@@ -351,6 +351,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     # ---- tear down ---------------------------------------------------------------------------
     progress.close()
     telemetry.stop()
+    previews.close()
     result.epochs, result.steps = epoch, step
     result.seconds = time.perf_counter() - started
     train_loader.close()

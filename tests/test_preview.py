@@ -157,7 +157,7 @@ def test_torchvision_loader_is_undone_in_its_0_to_1_units(experiment):
 # -------------------------------------------------------------------------------------------- captions
 
 def test_captions_from_labels_and_from_soft_targets():
-    from runner.preview import caption_lines, captions, _font
+    from runner.preview import _font, caption_lines, captions
 
     names = ["cat", "dog", "fox"]
     assert captions(torch.tensor([2, 0, 7]), names) == [[("fox", 1.0)], [("cat", 1.0)], [("label 7", 1.0)]]
