@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 from runner.errors import RunnerError, display_path
@@ -22,11 +22,21 @@ def check_writable(path: str | Path, option: str = "--output") -> Path:
 
 def write_text_atomic(path: str | Path, text: str, option: str = "--output") -> Path:
     """Write to a temporary file beside `path`, then rename it over `path`."""
+    return _write_atomic(path, text, "w", option)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, option: str = "--output") -> Path:
+    """write_text_atomic for bytes (a PNG)."""
+    return _write_atomic(path, data, "wb", option)
+
+
+def _write_atomic(path: str | Path, data: str | bytes, mode: str, option: str) -> Path:
     path = check_writable(path, option)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        # open(..., "x"), not mkstemp: the file gets the umask's permissions, not mkstemp's private 0600
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        with open(tmp, mode.replace("w", "x")) as f:
+            f.write(data)
         os.replace(tmp, path)
     except OSError as e:
         raise RunnerError(f"cannot write {display_path(path)} ({e.strerror}).", file="command line",

@@ -24,6 +24,7 @@ from runner.dist import Dist, all_gather_objects, all_sum
 from runner.loaders import create_loader
 from runner.models import create_model
 from runner.optim import create_optimizer, create_scheduler
+from runner.preview import BatchPreview
 from runner.progress import NoProgress, TrainProgress
 from runner.telemetry import CpuSampler, GpuSampler, LaunchThreadsSampler, LoaderMeter
 
@@ -98,12 +99,16 @@ def step_begin(tc) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
-def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool) -> dict[str, float]:
-    """Top-1/top-5 and loss over this rank's shard, summed over ranks: every sample counted once."""
+def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool,
+             preview: BatchPreview | None = None) -> dict[str, float]:
+    """Top-1/top-5 and loss over this rank's shard, summed over ranks: every sample counted once; `preview`
+    draws the first batch (once per run)."""
     net.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=d.device)  # loss*n, top1, top5, n
     with torch.no_grad():
         for images, labels in loader.epoch():
+            if preview is not None:
+                preview.take("eval", images, labels)
             if channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
             with torch.autocast(**amp):
@@ -304,6 +309,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
     telemetry = Telemetry(d)
+    previews = BatchPreview(v, tracker, d, enabled=resume is None)  # what the run trained on, as grids
     result = RunResult(run_id=run_id, status="FINISHED")
 
     # ---- loop --------------------------------------------------------------------------------
@@ -320,6 +326,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                 except StopIteration:
                     break
                 telemetry.meter.wait(time.perf_counter() - t0)
+                previews.take("train", micro[0].images, micro[0].labels)  # the first batch only
                 for mb, (loss, logits) in zip(micro, train_step(s, micro)):
                     window.add(loss, logits, mb.labels)
                 step += 1
@@ -347,7 +354,8 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             start_batch = 0
             last = epoch == tc.epochs or step >= total_steps
             if eval_loader is not None and (epoch % tc.eval_every_n_epochs == 0 or last):  # None when every_n is 0
-                epoch_metrics.update(evaluate(s.net, eval_loader, s.criterion, d, s.amp, tc.channels_last))
+                epoch_metrics.update(evaluate(s.net, eval_loader, s.criterion, d, s.amp, tc.channels_last,
+                                              previews))
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)
@@ -358,6 +366,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     # ---- tear down ---------------------------------------------------------------------------
     progress.close()
     telemetry.stop()
+    previews.close()
     result.epochs, result.steps = epoch, step
     result.seconds = time.perf_counter() - started
     train_loader.close()

@@ -51,10 +51,11 @@ class DaliLoader:
     @classmethod
     def create(cls, data: DataConfig, pipelines: PipelinesConfig, graphs: dict, role: str, target: Dist, *,
                seed: int, at: Callable[[str], dict], state: Any = None,
-               checkpointing: bool = False) -> DaliLoader:
+               checkpointing: bool = False, parts: tuple[str, ...] | None = None) -> DaliLoader:
         """`graphs`: the role's checked graphs (dali_plan.checked_pipelines), with a hybrid's copy under HYBRID;
-        `at`: the error location of an experiment key (LoadedExperiment.at), for errors about data keys."""
-        parts = [role] + ([HYBRID] if role == "train" and HYBRID in graphs else [])
+        `at`: the error location of an experiment key (LoadedExperiment.at), for errors about data keys;
+        `parts`: the pipelines to build (default: the role's, and a hybrid's copy), e.g. (HYBRID,) for the copy alone."""
+        parts = list(parts or [role] + ([HYBRID] if role == "train" and HYBRID in graphs else []))
         states = state if isinstance(state, list) else [state] * len(parts)
         folder = split_dir(data, role)
         built = []
