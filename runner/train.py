@@ -18,7 +18,9 @@ from torch import nn
 
 from runner import checkpoint
 from runner.dist import Dist, all_gather_objects, all_sum
+from runner.ema import ModelEma, prefixed
 from runner.loaders import create_loader
+from runner.mix import Mixer
 from runner.models import create_model
 from runner.optim import create_optimizer, create_scheduler
 from runner.progress import NoProgress, TrainProgress
@@ -136,6 +138,9 @@ class Step:
     scaler: torch.amp.GradScaler
     amp: dict[str, Any]
     tc: Any                                  # the trainer section
+    mix: Mixer | None = None                 # pipelines.train.mix: mixup / cutmix of each batch
+    soft_criterion: nn.Module | None = None  # the loss on mixed (probability) targets, smoothed already
+    ema: ModelEma | None = None              # trainer.ema: the averaged weights
 
 
 def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[str, Any] | None = None) -> Step:
@@ -152,37 +157,54 @@ def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[
         scheduler.load_state_dict(resume["scheduler"])
         scaler.load_state_dict(resume["scaler"])
         torch.set_rng_state(resume["rng"][d.rank])
+    ema = ModelEma(model, tc.ema) if tc.ema else None
+    if ema and resume and resume.get("ema") is not None:  # without one, the average starts from the weights
+        ema.load_state_dict(resume["ema"])
+    mix = cfg.pipelines.train.mix
     net = model
     if d.enabled:  # after loading: DDP broadcasts rank 0's weights when it wraps the model
         net = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
     return Step(model=model, net=compiled(net, tc), criterion=nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing),
                 optimizer=optimizer, scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device),
-                tc=tc)
+                tc=tc, ema=ema, mix=Mixer(mix, num_classes=cfg.model.num_classes, label_smoothing=tc.label_smoothing,
+                                          seed=cfg.seed) if mix else None,
+                soft_criterion=nn.CrossEntropyLoss() if mix else None)  # the mixed targets carry the smoothing
 
 
 def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward under autocast and backward of the (scaled) loss; returns the loss and the logits."""
+    """Forward under autocast and backward of the (scaled) loss; returns the loss and the logits. `labels` are
+    class indices, or probabilities (B, classes) from the mix."""
+    criterion = s.soft_criterion if labels.is_floating_point() else s.criterion
     if s.tc.channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     step_begin(s.tc)
     with torch.autocast(**s.amp):
         logits = s.net(images)
-        loss = s.criterion(logits.float(), labels)  # the loss in fp32: a low-precision softmax loses small terms
+        loss = criterion(logits.float(), labels)  # the loss in fp32: a low-precision softmax loses small terms
     s.optimizer.zero_grad(set_to_none=True)  # None, not zeros: no memset, and the backward writes fresh
     s.scaler.scale(loss).backward()  # DDP all-reduces the gradients during this backward
     return loss, logits
 
 
-def train_step(s: Step, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step on one batch; reads no device value (the loop reads the sums once per window)."""
-    loss, logits = forward_backward_step(s, images, labels)
+def train_step(s: Step, images: torch.Tensor, labels: torch.Tensor, *, step: int = 0,
+               slot: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One optimizer step on one batch; reads no device value (the loop reads the sums once per window).
+    `step` counts the optimizer steps before this one and `slot` is the batch's place in it (the rank): the mix
+    draws from them alone. Returns the loss, the logits and the labels train/top1 counts as right."""
+    targets = labels
+    if s.mix is not None:  # after the loader, on the device: DALI has no mixup
+        mixed = s.mix(images, labels, slot=slot, step=step)
+        images, targets, labels = mixed.images, mixed.targets, mixed.labels
+    loss, logits = forward_backward_step(s, images, targets)
     if s.tc.grad_clip_norm:
         s.scaler.unscale_(s.optimizer)  # clip the true gradients, not the fp16-scaled ones
         torch.nn.utils.clip_grad_norm_(s.model.parameters(), s.tc.grad_clip_norm)
     s.scaler.step(s.optimizer)  # skips the step when fp16 gradients overflowed
     s.scaler.update()
     s.scheduler.step()  # the schedule moves per step, not per epoch
-    return loss, logits
+    if s.ema is not None:
+        s.ema.update(step + 1)
+    return loss, logits, labels
 
 
 class Window:
@@ -259,6 +281,8 @@ def end_epoch(t: Telemetry, d: Dist) -> dict[str, float]:
 def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id: str, step: int, epoch: int,
                     batch: int) -> Path | None:
     """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states."""
+    if s.ema is not None:
+        s.ema.sync(d)
     state = {"loader": train_loader.state(), "rng": torch.get_rng_state()}
     gathered = all_gather_objects(state, d)  # each rank's reader position and RNG
     if not d.main:
@@ -266,6 +290,7 @@ def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id
     return checkpoint.save({
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
         "scheduler": s.scheduler.state_dict(), "scaler": s.scaler.state_dict(),
+        "ema": s.ema.state_dict() if s.ema is not None else None,
         "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
         "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
         "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world)}, ckpt_dir)
@@ -305,7 +330,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                 except StopIteration:
                     break
                 telemetry.meter.wait(time.perf_counter() - t0)
-                loss, logits = train_step(s, images, labels)
+                loss, logits, labels = train_step(s, images, labels, step=step, slot=d.rank)
                 window.add(loss, logits, labels)
                 step += 1
                 batch += 1
@@ -333,6 +358,10 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             last = epoch == tc.epochs or step >= total_steps
             if eval_loader is not None and (epoch % tc.eval_every_n_epochs == 0 or last):  # None when every_n is 0
                 epoch_metrics.update(evaluate(s.net, eval_loader, s.criterion, d, s.amp, tc.channels_last))
+                if s.ema is not None:  # the averaged weights on the same images: eval_ema/...
+                    s.ema.sync(d)
+                    epoch_metrics.update(prefixed(evaluate(s.ema.module, eval_loader, s.criterion, d, s.amp,
+                                                           tc.channels_last), "eval_ema"))
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)
