@@ -88,7 +88,7 @@ def cutmix_boxes(h: int, w: int, lam: torch.Tensor, g: torch.Generator, minmax: 
     lam = lam.double()
     if correct_lam or minmax is not None:
         area = (boxes[:, 1] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 2])
-        lam = 1.0 - area / float(h * w)
+        lam = 1.0 - area.double() / float(h * w)  # int / float is float32 in torch; timm divides in float64
     return boxes, lam
 
 
