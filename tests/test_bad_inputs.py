@@ -619,7 +619,8 @@ def out_of_range(f: dataclasses.Field, tp: typing.Any) -> typing.Any:
     step = 1 if int in _options(tp) else 0.5
     value = (meta["ge"] - step if "ge" in meta else meta["gt"] if "gt" in meta
              else meta["le"] + step if "le" in meta else meta["lt"])
-    return [value] * len(typing.get_args(tp)) if typing.get_origin(tp) is tuple else value
+    pair = next((a for a in _options(tp) if typing.get_origin(a) is tuple), None)  # an optional pair too
+    return [value] * len(typing.get_args(pair)) if pair is not None else value
 
 
 def _nested(key: str, value: typing.Any) -> dict:
