@@ -58,7 +58,8 @@ def find_latest(checkpoint_dir: str | Path, experiment: str) -> Path | None:
 
 def fixed_settings(v, world: int) -> dict[str, Any]:
     """The settings a checkpoint's state is shaped by: the model's and optimizer's state dicts, and the readers'
-    positions (which files each process lists, in which order, in batches of what size). Saved with it."""
+    positions (which files each process lists, in which order, in batches of what size), and whether it holds
+    averaged weights (trainer.ema). Saved with it."""
     from runner.accumulate import global_batch
 
     cfg = v.config
@@ -71,7 +72,8 @@ def fixed_settings(v, world: int) -> dict[str, Any]:
             "data.batch_size": cfg.data.batch_size, "processes": world,
             "trainer.global_batch_size": global_batch(cfg, world),
             "data.label_map": v.labels.digest if v.labels is not None else None,
-            "pipelines.train.hybrid": None if hybrid is None else f"share {hybrid.share:g}, deal {hybrid.deal}"}
+            "pipelines.train.hybrid": None if hybrid is None else f"share {hybrid.share:g}, deal {hybrid.deal}",
+            "trainer.ema": "on" if cfg.trainer.ema is not None else "off"}
 
 
 def check_resumable(state: dict[str, Any], path: Path, settings: dict[str, Any]) -> None:

@@ -178,9 +178,10 @@ def class_names(v) -> tuple[str, ...] | None:
     return v.labels.classes if v.labels is not None else None
 
 
-def captions(targets: torch.Tensor, names: Sequence[str] | None, most: int = 3) -> list[Caption]:
+def captions(targets: torch.Tensor, names: Sequence[str] | None, most: int = 2) -> list[Caption]:
     """Per image, its classes and weights, heaviest first: from labels (N,) each image one class of weight 1;
-    from soft targets (N, C), as batch mixing makes them, the classes of weight >= 0.01 (at most `most`)."""
+    from soft targets (N, C), as batch mixing makes them, the classes at least 0.01 above the row's floor (label
+    smoothing's share of every class), at most `most`."""
     t = targets.detach().cpu()
 
     def name(i: int) -> str:
@@ -191,15 +192,24 @@ def captions(targets: torch.Tensor, names: Sequence[str] | None, most: int = 3) 
     out = []
     for row in t.float().tolist():
         order = sorted(range(len(row)), key=lambda i: -row[i])[:most]
-        out.append([(name(i), row[i]) for i in order if row[i] >= 0.01] or [(name(order[0]), row[order[0]])])
+        floor = min(row)
+        out.append([(name(i), row[i]) for i in order if row[i] >= floor + 0.01] or [(name(order[0]), row[order[0]])])
     return out
 
 
-def mixed_train_batch(v, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The train batch as training mixes it (pipelines.train.mix), for `runner preview --pipeline train`:
-    (images, targets), targets the labels (N,) or soft targets (N, C) that `captions` reads. No batch mixing
-    exists yet: the batch as the loader made it."""
-    return images, labels
+def mixed_train_batch(v, images: torch.Tensor, labels: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The train batch as training mixes it (pipelines.train.mix) at optimizer step `step` on slot 0, for
+    `runner preview --pipeline train`: (images, targets), targets the labels (N,) or, when mixed, the soft targets
+    (N, C) that `captions` reads."""
+    mix = v.config.pipelines.train.mix
+    if mix is None:
+        return images, labels
+    from runner.mix import Mixer
+
+    tc = v.config.trainer
+    mixed = Mixer(mix, num_classes=v.config.model.num_classes, label_smoothing=tc.label_smoothing,
+                  seed=v.config.seed)(images, labels, slot=0, step=step)
+    return mixed.images, mixed.targets
 
 
 # ---------------------------------------------------------------------------------------------- drawing
@@ -347,9 +357,9 @@ def preview_png(v, pipeline: str, n: int) -> tuple[bytes, int]:
     parts = batch_denorms(v, pipeline)
     pixels, targets, batch = [], [], 0
     try:
-        for x, y in loader.epoch():
+        for k, (x, y) in enumerate(loader.epoch()):
             if pipeline == "train":
-                x, y = mixed_train_batch(v, x, y)
+                x, y = mixed_train_batch(v, x, y, step=k)
             batch = batch or len(x)
             room = n - sum(map(len, pixels))
             pixels.append(display_pixels(x[:room], parts))  # per batch: a hybrid's parts repeat in each

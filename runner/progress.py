@@ -61,6 +61,8 @@ class TrainProgress:
 
     def end_epoch(self, epoch: int, metrics: dict[str, float]) -> None:
         text = "  ".join(f"{k.split('/', 1)[1]} {v:.4g}" for k, v in metrics.items() if k.startswith("eval/"))
+        ema = "  ".join(f"{k.split('/', 1)[1]} {v:.4g}" for k, v in metrics.items() if k.startswith("eval_ema/"))
+        text += f"  ema: {ema}" if ema else ""
         if self.bar:
             self.bar.update(self.epoch_task, completed=epoch, info=text)
         console.out.print(f"epoch {epoch}/{self.epochs} done  {_fmt(metrics)}  {text}".rstrip(), highlight=False)

@@ -20,6 +20,10 @@ def print_summary(v, result, finished) -> None:
     if "eval/top1" in m:
         rows += [["eval top-1", console.percent(m["eval/top1"], missing="")],
                  ["eval top-5", console.percent(m["eval/top5"], missing="")], ["eval loss", f"{m['eval/loss']:.4f}"]]
+    if "eval_ema/top1" in m:  # trainer.ema: the averaged weights on the same images
+        rows += [["eval top-1 (EMA)", console.percent(m["eval_ema/top1"], missing="")],
+                 ["eval top-5 (EMA)", console.percent(m["eval_ema/top5"], missing="")],
+                 ["eval loss (EMA)", f"{m['eval_ema/loss']:.4f}"]]
     if result.checkpoint:
         rows.append(["checkpoint", str(result.checkpoint)])
     if finished.message:  # empty when tracking is off

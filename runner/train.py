@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -21,7 +21,9 @@ from torch import nn
 from runner import checkpoint
 from runner.accumulate import MicroBatch, check_accumulation, create_train_loader, global_batch
 from runner.dist import Dist, all_gather_objects, all_sum
+from runner.ema import ModelEma, prefixed
 from runner.loaders import create_loader
+from runner.mix import Mixer
 from runner.models import create_model
 from runner.optim import create_optimizer, create_scheduler
 from runner.preview import BatchPreview
@@ -145,6 +147,9 @@ class Step:
     amp: dict[str, Any]
     tc: Any                                  # the trainer section
     ddp: nn.Module | None = None             # the DDP wrapper, whose all-reduce accumulation micro-steps skip
+    mix: Mixer | None = None                 # pipelines.train.mix: mixup / cutmix of each batch
+    soft_criterion: nn.Module | None = None  # the loss on mixed (probability) targets, smoothed already
+    ema: ModelEma | None = None              # trainer.ema: the averaged weights
 
 
 def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[str, Any] | None = None) -> Step:
@@ -161,46 +166,71 @@ def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[
         scheduler.load_state_dict(resume["scheduler"])
         scaler.load_state_dict(resume["scaler"])
         torch.set_rng_state(resume["rng"][d.rank])
+    ema = ModelEma(model, tc.ema) if tc.ema else None
+    if ema and resume and resume.get("ema") is not None:  # without one, the average starts from the weights
+        ema.load_state_dict(resume["ema"])
+    mix = cfg.pipelines.train.mix
     net = ddp = None
     if d.enabled:  # after loading: DDP broadcasts rank 0's weights when it wraps the model
         net = ddp = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda"
                                                         else None)
     return Step(model=model, net=compiled(net or model, tc),
                 criterion=nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing), optimizer=optimizer,
-                scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device), tc=tc, ddp=ddp)
+                scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device), tc=tc, ddp=ddp,
+                ema=ema, mix=Mixer(mix, num_classes=cfg.model.num_classes, label_smoothing=tc.label_smoothing,
+                                   seed=cfg.seed) if mix else None,
+                soft_criterion=nn.CrossEntropyLoss() if mix else None)  # the mixed targets carry the smoothing
 
 
 def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor, *,
                           accumulation: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward under autocast and backward of the (scaled) loss, added to the gradients; returns the loss and the
-    logits."""
+    logits. `labels` are class indices, or probabilities (B, classes) from the mix."""
+    criterion = s.soft_criterion if labels.is_floating_point() else s.criterion
     if s.tc.channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     step_begin(s.tc)
     with torch.autocast(**s.amp):
         logits = s.net(images)
-        loss = s.criterion(logits.float(), labels)  # the loss in fp32: a low-precision softmax loses small terms
+        loss = criterion(logits.float(), labels)  # the loss in fp32: a low-precision softmax loses small terms
     # / accumulation: the summed gradients are the mean over the micro-batches, as DDP's are over processes
     s.scaler.scale(loss / accumulation if accumulation > 1 else loss).backward()
     return loss, logits
 
 
-def train_step(s: Step, micro: Sequence[MicroBatch]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One optimizer step on this process's micro-batches, one per reader slot (gradient accumulation); returns
-    each one's loss and logits. Reads no device value (the loop reads the sums once per window)."""
+class MicroResult(NamedTuple):
+    """One micro-batch of a train step: what the loop counts, and what the model was fed (for the preview)."""
+    loss: torch.Tensor
+    logits: torch.Tensor
+    labels: torch.Tensor    # what train/top1 counts as right: the label with the larger weight when mixed
+    images: torch.Tensor    # as fed: mixed when pipelines.train.mix is set
+    targets: torch.Tensor   # class indices, or the mix's probabilities (B, classes)
+
+
+def train_step(s: Step, micro: Sequence[MicroBatch], *, step: int = 0) -> list[MicroResult]:
+    """One optimizer step on this process's micro-batches, one per reader slot (gradient accumulation). `step`
+    counts the optimizer steps before this one: the mix draws from (seed, slot, step) alone. Reads no device value
+    (the loop reads the sums once per window)."""
     s.optimizer.zero_grad(set_to_none=True)  # None, not zeros: no memset, and the first backward writes fresh
     out = []
     for j, mb in enumerate(micro):
+        images, targets, labels = mb.images, mb.labels, mb.labels
+        if s.mix is not None:  # after the loader, on the device: DALI has no mixup
+            mixed = s.mix(images, labels, slot=mb.slot, step=step)
+            images, targets, labels = mixed.images, mixed.targets, mixed.labels
         last = j == len(micro) - 1
         # DDP all-reduces during the backward: only the last micro-step's, over the gradients summed by then
         with s.ddp.no_sync() if s.ddp is not None and not last else contextlib.nullcontext():
-            out.append(forward_backward_step(s, mb.images, mb.labels, accumulation=len(micro)))
+            loss, logits = forward_backward_step(s, images, targets, accumulation=len(micro))
+        out.append(MicroResult(loss, logits, labels, images, targets))
     if s.tc.grad_clip_norm:
         s.scaler.unscale_(s.optimizer)  # clip the true gradients, not the fp16-scaled ones
         torch.nn.utils.clip_grad_norm_(s.model.parameters(), s.tc.grad_clip_norm)
     s.scaler.step(s.optimizer)  # skips the step when fp16 gradients overflowed
     s.scaler.update()
     s.scheduler.step()  # the schedule moves per optimizer step, not per epoch or micro-step
+    if s.ema is not None:
+        s.ema.update(step + 1)
     return out
 
 
@@ -278,6 +308,8 @@ def end_epoch(t: Telemetry, d: Dist) -> dict[str, float]:
 def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id: str, step: int, epoch: int,
                     batch: int) -> Path | None:
     """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states."""
+    if s.ema is not None:
+        s.ema.sync(d)
     state = {"loader": train_loader.state(), "rng": torch.get_rng_state()}
     gathered = all_gather_objects(state, d)  # each rank's reader position and RNG
     if not d.main:
@@ -285,6 +317,7 @@ def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id
     return checkpoint.save({
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
         "scheduler": s.scheduler.state_dict(), "scaler": s.scaler.state_dict(),
+        "ema": s.ema.state_dict() if s.ema is not None else None,
         "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
         "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
         "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world)}, ckpt_dir)
@@ -326,9 +359,10 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                 except StopIteration:
                     break
                 telemetry.meter.wait(time.perf_counter() - t0)
-                previews.take("train", micro[0].images, micro[0].labels)  # the first batch only
-                for mb, (loss, logits) in zip(micro, train_step(s, micro)):
-                    window.add(loss, logits, mb.labels)
+                out = train_step(s, micro, step=step)
+                previews.take("train", out[0].images, out[0].targets)  # the first batch only, as fed
+                for r in out:
+                    window.add(r.loss, r.logits, r.labels)
                 step += 1
                 batch += 1
                 telemetry.meter.step(sum(mb.labels.shape[0] for mb in micro), time.perf_counter())
@@ -356,6 +390,10 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             if eval_loader is not None and (epoch % tc.eval_every_n_epochs == 0 or last):  # None when every_n is 0
                 epoch_metrics.update(evaluate(s.net, eval_loader, s.criterion, d, s.amp, tc.channels_last,
                                               previews))
+                if s.ema is not None:  # the averaged weights on the same images: eval_ema/...
+                    s.ema.sync(d)
+                    epoch_metrics.update(prefixed(evaluate(s.ema.module, eval_loader, s.criterion, d, s.amp,
+                                                           tc.channels_last), "eval_ema"))
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)

@@ -627,7 +627,8 @@ def out_of_range(f: dataclasses.Field, tp: typing.Any) -> typing.Any:
     step = 1 if int in _options(tp) else 0.5
     value = (meta["ge"] - step if "ge" in meta else meta["gt"] if "gt" in meta
              else meta["le"] + step if "le" in meta else meta["lt"])
-    return [value] * len(typing.get_args(tp)) if typing.get_origin(tp) is tuple else value
+    pair = next((a for a in _options(tp) if typing.get_origin(a) is tuple), None)  # an optional pair too
+    return [value] * len(typing.get_args(pair)) if pair is not None else value
 
 
 def _nested(key: str, value: typing.Any) -> dict:
@@ -922,3 +923,72 @@ def test_splits_whose_class_folders_differ_stop_or_train_on_labels_by_class_name
     code, _, err = run_cli(LAUNCH, capsys)
     assert code == 0, err
     assert "'.ipynb_checkpoints'" in err and "note:" in err
+
+
+# ==== batch mixing (pipelines.train.mix) and averaged weights (trainer.ema) ============================
+
+MIX = "pipelines.train.mix"
+MIX_CASES = [
+    Case("mix with both alphas 0", args=[*VALIDATE, f"{MIX}.prob=0.5"],
+         expected=f"command line '{MIX}.prob=0.5': {MIX}: mixup_alpha and cutmix_alpha are both 0, so no batch would "
+                  f"be mixed; set {MIX}.mixup_alpha (e.g. 0.2) and/or {MIX}.cutmix_alpha (e.g. 1.0) above 0, or "
+                  f"remove '{MIX}'."),
+    Case("mix of the eval pipeline", exp=EXP.replace("resize_shorter: 36, decode_device: cpu}",
+                                                     "resize_shorter: 36, decode_device: cpu}, mix: {mixup_alpha: 0.2}"),
+         expected="experiments/exp.yaml:6: pipelines.eval.mix: only the train pipeline's batches can be mixed; "
+                  "remove 'pipelines.eval.mix' (evaluation measures the model on the images as they are)."),
+    Case("mix mode that does not exist", args=[*VALIDATE, f"{MIX}.mixup_alpha=0.2", f"{MIX}.mode=element"],
+         expected=f"command line '{MIX}.mode=element': {MIX}.mode: 'element' is not valid; expected one of: batch, "
+                  "elem, pair. Did you mean 'elem'?"),
+    Case("mix chance of 0", args=[*VALIDATE, f"{MIX}.mixup_alpha=0.2", f"{MIX}.prob=0"],
+         expected=f"command line '{MIX}.prob=0': {MIX}.prob: 0 mixes no batch; set a chance above 0 (at most 1), or "
+                  f"remove '{MIX}'."),
+    Case("mix chance above 1", args=[*VALIDATE, f"{MIX}.mixup_alpha=0.2", f"{MIX}.prob=1.5"],
+         expected=f"command line '{MIX}.prob=1.5': {MIX}.prob: 1.5 is out of range; it must be at least 0 and at "
+                  "most 1."),
+    Case("negative mixup alpha", args=[*VALIDATE, f"{MIX}.mixup_alpha=-1"],
+         expected=f"command line '{MIX}.mixup_alpha=-1': {MIX}.mixup_alpha: -1.0 is out of range; it must be at "
+                  "least 0."),
+    Case("cutmix min-max the wrong way round", args=[*VALIDATE, f"{MIX}.cutmix_minmax=[0.8,0.2]"],
+         expected=f"command line '{MIX}.cutmix_minmax=[0.8,0.2]': {MIX}.cutmix_minmax: [0.8, 0.2]: the box's "
+                  "smallest side fraction must be below its largest, e.g. [0.2, 0.8]."),
+    Case("cutmix min-max of one value", args=[*VALIDATE, f"{MIX}.cutmix_minmax=[0.3]"],
+         expected=f"command line '{MIX}.cutmix_minmax=[0.3]': {MIX}.cutmix_minmax: [0.3] is not valid; expected a "
+                  "list of 2 values."),
+    Case("cutmix alpha beside min-max", exp=EXP.replace("size: 32, decode_device: cpu}}", "size: 32, decode_device: "
+                                                        "cpu}, mix: {cutmix_alpha: 0.5, cutmix_minmax: [0.2, 0.8]}}"),
+         expected="experiments/exp.yaml:5: pipelines.train.mix.cutmix_alpha: 0.5 has no effect with "
+                  f"{MIX}.cutmix_minmax set: the box is drawn from the min-max fractions and lam is its area "
+                  "(cutmix_alpha 1, as in timm); remove one of them."),
+    Case("uncorrected lam with min-max", args=[*VALIDATE, f"{MIX}.cutmix_minmax=[0.2,0.8]", f"{MIX}.correct_lam=false"],
+         expected=f"command line '{MIX}.correct_lam=false': {MIX}.correct_lam: false has no effect with "
+                  f"{MIX}.cutmix_minmax set: lam is always the min-max box's area; remove one of them."),
+    Case("switch chance with mixup alone", args=[*VALIDATE, f"{MIX}.mixup_alpha=0.2", f"{MIX}.switch_prob=0.7"],
+         expected=f"command line '{MIX}.switch_prob=0.7': {MIX}.switch_prob: 0.7 chooses between mixup and cutmix, "
+                  f"but only mixup is on; set both {MIX}.mixup_alpha and {MIX}.cutmix_alpha above 0, or remove "
+                  "switch_prob."),
+    Case("ema decay of 1", args=[*VALIDATE, "trainer.ema.decay=1"],
+         expected="command line 'trainer.ema.decay=1': trainer.ema.decay: 1.0 is out of range; it must be greater "
+                  "than 0 and less than 1."),
+    Case("ema every 0 steps", args=[*VALIDATE, "trainer.ema.every_n_steps=0"],
+         expected="command line 'trainer.ema.every_n_steps=0': trainer.ema.every_n_steps: 0 is out of range; it "
+                  "must be at least 1."),
+    Case("ema key that does not exist", args=[*VALIDATE, "trainer.ema.warmup_steps=100"],
+         expected="command line 'trainer.ema.warmup_steps=100': trainer.ema.warmup_steps: unknown key. Did you mean "
+                  "'warmup_power'? Valid keys in trainer.ema: decay, every_n_steps, warmup, warmup_gamma, "
+                  "warmup_power, min_decay."),
+    Case("ema warm-up power without warm-up", exp=EXP.replace("trainer: {epochs: 1}",
+                                                              "trainer: {epochs: 1, ema: {warmup_power: 0.75}}"),
+         expected="experiments/exp.yaml:2: trainer.ema.warmup_power: 0.75 is set but trainer.ema.warmup is false, so "
+                  "the decay would stay 0.9998 from the first update; set trainer.ema.warmup=true, or remove "
+                  "trainer.ema.warmup_power."),
+    Case("ema floor above the decay", args=[*VALIDATE, "trainer.ema.warmup=true", "trainer.ema.decay=0.99",
+                                            "trainer.ema.min_decay=0.995"],
+         expected="command line 'trainer.ema.min_decay=0.995': trainer.ema.min_decay: 0.995 is above trainer.ema.decay "
+                  "(0.99): the warm-up's decay rises to decay from min_decay, so min_decay must be at most decay."),
+]
+
+
+@pytest.mark.parametrize("case", MIX_CASES, ids=[c.id for c in MIX_CASES])
+def test_bad_mix_or_ema(case: Case, project, capsys, monkeypatch):
+    test_bad_input(case, project, capsys, monkeypatch)

@@ -414,7 +414,7 @@ def test_a_suite_variable_left_unset_says_how_to_give_it(project, capsys):
                                 f"{REPO / 'bench' / 'suites' / 'compact-cache.yaml'} vars.cache_root=DIR`.")
 
 
-@pytest.mark.parametrize("name", ["gpu", "gpu-loaders", "gpu-overhead", "compact-cache", "cpu"])
+@pytest.mark.parametrize("name", ["gpu", "gpu-loaders", "gpu-overhead", "compact-cache", "cpu", "recipe-cost"])
 def test_every_shipped_suite_checks(name):
     from runner.bench.suitefile import load_suite
     from runner.validate import validate
@@ -428,6 +428,22 @@ def test_every_shipped_suite_checks(name):
         validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
     if name == "compact-cache":
         assert "data.root=/data/compact" in suite.entries[0].overrides
+
+
+def test_mix_and_ema_are_step_settings_so_each_recipe_is_measured_as_its_own_ceiling():
+    from runner.bench.suite import plan
+    from runner.bench.suitefile import load_suite
+    from runner.validate import validate
+    from tests.conftest import REPO
+
+    suite = load_suite(REPO / "bench" / "suites" / "recipe-cost.yaml", [])
+    jobs = plan(suite, [validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
+                        for e in suite.entries])
+    assert [(j.row.name, j.row.is_ceiling, j.overrides[1:]) for j in jobs] == [
+        ("ceiling (eager, mix: off, ema: off)", True, ("data.loader=synthetic",)),
+        ("ceiling (eager, mix: mixup_alpha 0.2, cutmix_alpha 1.0, ema: on)", True,
+         ("pipelines.train.mix.mixup_alpha=0.2", "pipelines.train.mix.cutmix_alpha=1.0", "trainer.ema.decay=0.9998",
+          "data.loader=synthetic"))]
 
 
 def test_repeat_alternates_the_variants_round_by_round(tiny, project, capsys):

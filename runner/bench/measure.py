@@ -116,7 +116,7 @@ class BareStep:
         loader = create_loader(v, "train", d)
         self.step, self.train_step = build_step(v, d, model, loader.steps_per_epoch), train_step
         self.batches = _batches(loader)
-        self.d, self.wait = d, 0.0
+        self.d, self.wait, self.steps = d, 0.0, 0
 
     def warm_up(self, steps: int) -> None:
         """Run `steps` unmeasured steps, let the device finish them, and forget their data wait."""
@@ -129,7 +129,9 @@ class BareStep:
         t0 = time.perf_counter()
         images, labels = next(self.batches)
         self.wait += time.perf_counter() - t0
-        ((loss, _),) = self.train_step(self.step, [MicroBatch(self.d.rank, images, labels)])
+        out = self.train_step(self.step, [MicroBatch(self.d.rank, images, labels)], step=self.steps)
+        self.steps += 1
+        return out[0].loss
         return loss
 
 

@@ -113,7 +113,16 @@ def step_settings(v) -> dict:
             "image": ceiling_side(v), "precision": cfg.trainer.precision, "channels_last": cfg.trainer.channels_last,
             "compile": cfg.trainer.compile, "compile_mode": cfg.trainer.compile_mode if cfg.trainer.compile else None,
             "optimizer": cfg.optimizer.name, "label_smoothing": cfg.trainer.label_smoothing,
+            "mix": _recipe(cfg.pipelines.train.mix), "ema": _recipe(cfg.trainer.ema),
             "accelerator": v.target.accelerator, "processes": v.processes}
+
+
+def _recipe(section) -> str:
+    """A recipe section (pipelines.train.mix, trainer.ema) as one comparable value: its non-default keys."""
+    if section is None:
+        return "off"
+    default = type(section)()
+    return ", ".join(f"{k} {v}" for k, v in vars(section).items() if v != getattr(default, k)) or "on"
 
 
 def ceiling_label(settings: dict, every: list[dict]) -> str:
@@ -123,6 +132,7 @@ def ceiling_label(settings: dict, every: list[dict]) -> str:
         "" if settings["compile_mode"] == "default" else f" {settings['compile_mode']}")
     shown = {"model": "{}", "classes": "{} classes", "batch": "batch {}", "image": "{} px", "precision": "{}",
              "channels_last": "channels_last {}", "optimizer": "{}", "label_smoothing": "smoothing {}",
+             "mix": "mix: {}", "ema": "ema: {}",
              "accelerator": "{}", "processes": "{} processes"}
     varying = [k for k in shown if len({str(s[k]) for s in every}) > 1]
     return ", ".join([label, *(shown[k].format(settings[k]) for k in varying)])

@@ -21,6 +21,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.config.recipes import check_recipes
 from runner.config.sections import Experiment, HybridConfig, PipelineConfig
 from runner.config.yamlfile import YamlFile
 from runner.errors import ConfigError, Locator, did_you_mean, display_path, error_at, first_line, list_names
@@ -195,6 +196,7 @@ def check_consistency(cfg: Experiment, locate: Callable[[str], tuple[Any, int | 
         raise _error(locate, "trainer.node_rank", f"{t.node_rank} is out of range for trainer.nnodes={t.nnodes}: "
                                                   f"node ranks run from 0 to {t.nnodes - 1}.")
     _check_training_partners(cfg, locate)
+    check_recipes(cfg, locate)
 
 
 def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any, int | None]]) -> None:

@@ -46,6 +46,19 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EmaConfig:
+    """An exponential moving average of the model's weights (timm's ModelEmaV3), kept in fp32 on the device
+    and evaluated beside the trained weights; BatchNorm statistics are averaged too (docs/recipes.md)."""
+    decay: float = bounded(0.9998, gt=0, lt=1)  # per update: ema = decay * ema + (1 - decay) * weights
+    every_n_steps: int = bounded(1, ge=1)       # update after every Nth optimizer step
+    # warm-up: decay = 1 - (1 + step / warmup_gamma) ** -warmup_power, between min_decay and decay
+    warmup: bool = False
+    warmup_gamma: float = bounded(1.0, gt=0)
+    warmup_power: float = bounded(2 / 3, gt=0)
+    min_decay: float = bounded(0.0, ge=0, lt=1)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainerConfig:
     epochs: int = bounded(1, ge=1)
     max_steps: int | None = bounded(None, ge=1)  # stop after this many optimizer steps in all
@@ -62,6 +75,7 @@ class TrainerConfig:
     deterministic: bool = False
     label_smoothing: float = bounded(0.0, ge=0, lt=1)
     grad_clip_norm: float | None = bounded(None, gt=0)
+    ema: EmaConfig | None = None                # an average of the weights, evaluated beside them (eval_ema/*)
     log_every_n_steps: int = bounded(20, ge=1)
     eval_every_n_epochs: int = bounded(1, ge=0)       # 0: no evaluation
     checkpoint_every_n_epochs: int = bounded(1, ge=0)  # 0: only at the end (and on a stop signal)
@@ -135,6 +149,24 @@ class HybridConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MixConfig:
+    """Mixup and CutMix on each training batch, on the device after the loader, as timm's Mixup defines them:
+    each image is mixed with the one at the mirrored place in the batch, and the targets become
+    lam * onehot(own label) + (1 - lam) * onehot(partner's label), smoothed by trainer.label_smoothing. Under
+    mixing, train/top1 counts a sample right when its top class is the label with the larger weight
+    (docs/recipes.md)."""
+    mixup_alpha: float = bounded(0.0, ge=0)     # mixup's lam ~ Beta(alpha, alpha); 0: no mixup
+    cutmix_alpha: float = bounded(0.0, ge=0)    # cutmix's lam ~ Beta(alpha, alpha); 0: no cutmix
+    # cutmix box sides as [min, max] fractions of the image's, drawn uniformly (instead of from lam; alpha 1)
+    cutmix_minmax: tuple[float, float] | None = bounded(None, gt=0, le=1)
+    prob: float = bounded(1.0, ge=0, le=1)      # chance that a batch (an image, in elem/pair mode) is mixed
+    switch_prob: float = bounded(0.5, ge=0, le=1)  # chance of cutmix rather than mixup when both are on
+    # batch: one lam (and box) for the whole batch; elem: one per image; pair: one per mirrored pair of images
+    mode: Literal["batch", "elem", "pair"] = "batch"
+    correct_lam: bool = True                    # lam from the box's area after clipping at the image border
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """A pipeline graph: a file from pipelines/ (`use`) with `params` overridden, or inline steps."""
     use: str | None = None
@@ -143,6 +175,7 @@ class PipelineConfig:
     outputs: list[str] | None = None
     description: str = ""
     hybrid: HybridConfig | None = None          # train only
+    mix: MixConfig | None = None                # train only: mixup / cutmix of each batch
 
 
 @dataclass(frozen=True, kw_only=True)
