@@ -122,11 +122,11 @@ def find_model(name: str, at: dict[str, Any]) -> Callable[..., Any]:
 
 
 def check_model(cfg: ModelConfig, locate: Locator | None = None) -> None:
-    """Raise ConfigError for an unknown model, or kwargs its constructor rejects (checked on 'meta').
-
-    `locate(key)` gives the file and line of a key for the error."""
+    """Raise ConfigError for an unknown model, kwargs its constructor rejects, or a timm model without a classifier
+    (each built on 'meta'). `locate(key)` gives the file and line of a key for the error."""
     build = find_model(cfg.name, error_at("model.name", locate))
-    if not cfg.kwargs:
+    is_timm = cfg.name.startswith(TIMM_PREFIX)
+    if not cfg.kwargs and not is_timm:
         return
     at = error_at("model.kwargs", locate)
     fixed = _TORCHVISION_FIXED.get(cfg.name, {})
@@ -135,14 +135,18 @@ def check_model(cfg: ModelConfig, locate: Locator | None = None) -> None:
             why = _RUNNER_SETS.get(key) or f"runner builds {cfg.name} with {key}={fixed.get(key)}, one output to train"
             raise ConfigError(f"{cfg.name}: '{key}' is not an argument model.kwargs can set: {why}.", **at)
     try:
-        build_on_meta(build, cfg.num_classes, **cfg.kwargs)
+        model = build_on_meta(build, cfg.num_classes, **cfg.kwargs)
     except Exception as e:  # TypeError for unknown names, ValueError/AssertionError for bad values
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".!")
         takes = accepted_kwargs(cfg.name)
-        unknown = re.search(r"unexpected keyword argument '(\w+)'", reason)
+        unknown = re.search(r"unexpected keyword argument(?:\(s\): \[)? ?'(\w+)'", reason)
         hint = did_you_mean(unknown.group(1), takes) if unknown else ""
         raise ConfigError(f"{cfg.name} does not accept these arguments: {reason}.{hint} It takes: "
                           f"{', '.join(takes) or 'no extra arguments'}.", **at) from None
+    if is_timm and getattr(model, "num_classes", None) != cfg.num_classes:  # timm's encoders (*_enc) have no head
+        raise ConfigError(f"{cfg.name} has no classifier: it returns features, not model.num_classes logits. Pick "
+                          "one of timm's classification models (`runner models timm/`).",
+                          **error_at("model.name", locate))
 
 
 def build_on_meta(build: Callable[..., Any], num_classes: int, **kwargs: Any):

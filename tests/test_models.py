@@ -6,8 +6,17 @@ import torch
 import torchvision
 
 from runner.config.sections import ModelConfig
-from runner.models import (MODELS, TIMM_PREFIX, TORCHVISION_MODELS, build_on_meta, classifier_keys, create_model,
-                           find_model, model_sources, timm_models)
+from runner.models import (
+    MODELS,
+    TIMM_PREFIX,
+    TORCHVISION_MODELS,
+    build_on_meta,
+    classifier_keys,
+    create_model,
+    find_model,
+    model_sources,
+    timm_models,
+)
 
 timm = pytest.importorskip("timm")
 

@@ -60,7 +60,14 @@ def test_every_operator_resolves_to_a_dali_function():
         assert op.backends, name
 
 
-@pytest.mark.parametrize("name", MODELS.names())
+# over 100M parameters: seconds each to initialise on a CPU (tests/test_models.py checks every model's shapes on meta)
+LARGE_MODELS = {"convnext_large", "efficientnet_v2_l", "regnet_x_32gf", "regnet_y_128gf", "regnet_y_32gf", "vgg11",
+                "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn", "vit_h_14", "vit_l_16",
+                "vit_l_32", "wide_resnet101_2"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE_MODELS else n
+                                  for n in MODELS.names()])
 def test_every_model_runs_forward_on_cpu(name):
     import torch
 
@@ -68,7 +75,7 @@ def test_every_model_runs_forward_on_cpu(name):
     from runner.models import create_model
 
     model = create_model(ModelConfig(name=name, num_classes=7)).eval()
-    size = 224 if name.startswith(("vit", "swin")) else 64
+    size = 224 if name.startswith(("vit", "swin", "maxvit")) else 96 if name == "inception_v3" else 64
     with torch.no_grad():
         out = model(torch.randn(1, 3, size, size))
     assert out.shape == (1, 7)

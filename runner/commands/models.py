@@ -17,12 +17,15 @@ def run(args) -> int:
 
 
 def print_models(pattern: str | None) -> None:
+    from rich.markup import escape
+
     from runner.models import TIMM_EXTRA, model_sources, timm_models
 
     rows = model_sources(pattern)
-    title = f"{len(rows)} models" + (f" matching '{pattern}'" if pattern else "")
+    title = f"{len(rows)} models" + (f" matching '{escape(pattern)}'" if pattern else "")
     console.out.print(console.table(f"{title} (randomly initialised; model.kwargs passes their constructor's "
                                     "arguments)", ["model", "source"], [list(r) for r in rows],
                                     justify_numbers=False))
     if timm_models() is None:
-        console.out.print(f"timm's models (model.name: timm/<name>) are listed once timm is installed: {TIMM_EXTRA}.")
+        console.out.print(f"timm's models (model.name: timm/<name>) are listed once timm is installed: {TIMM_EXTRA}.",
+                          markup=False)
