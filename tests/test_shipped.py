@@ -60,7 +60,8 @@ def test_every_operator_resolves_to_a_dali_function():
         assert op.backends, name
 
 
-# 60M parameters or more (at 1000 classes): seconds each to initialise on a CPU (tests/test_models.py checks every model's shapes on meta)
+# 60M parameters or more (at 1000 classes): seconds each to initialise on a CPU (tests/test_models.py checks
+# every model's shapes on meta)
 LARGE_MODELS = {"alexnet", "convnext_base", "convnext_large", "efficientnet_b7", "efficientnet_v2_l", "regnet_x_32gf",
                 "regnet_y_128gf", "regnet_y_16gf", "regnet_y_32gf", "resnext101_32x8d", "resnext101_64x4d", "swin_b",
                 "swin_v2_b", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
