@@ -13,8 +13,10 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """A named table of factories with did-you-mean lookups."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, listing: Callable[[list[str]], str] | None = None):
+        """`listing(names)` ends an unknown name's error (default: 'Valid {kind}s: a, b, ...')."""
         self.kind = kind
+        self.listing = listing or (lambda names: f"Valid {kind}s: {list_names(names, limit=40)}.")
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -34,8 +36,7 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             raise ConfigError(
-                f"unknown {self.kind} '{name}'.{did_you_mean(name, self._entries)} "
-                f"Valid {self.kind}s: {list_names(self.names(), limit=40)}.",
+                f"unknown {self.kind} '{name}'.{did_you_mean(name, self._entries)} {self.listing(self.names())}",
                 file=file, line=line, where=where) from None
 
     def names(self, pattern: str | None = None) -> list[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,10 +176,13 @@ CASES = [
     # ---- names that resolve through registries
     Case("unknown model", exp=EXP.replace("resnet18", "resnet_18"),
          expected="experiments/exp.yaml:1: model.name: unknown model 'resnet_18'. Did you mean 'resnet18'? Valid "
-                  "models: convnext_tiny, efficientnet_b0, efficientnet_b1, efficientnet_b2, efficientnet_b3, "
-                  "mobilenet_v2, mobilenet_v3_large, mobilenet_v3_small, regnet_y_1_6gf, regnet_y_400mf, resnet101, "
-                  "resnet152, resnet18, resnet34, resnet50, resnext50_32x4d, swin_t, vit_b_16, vit_b_32, "
-                  "wide_resnet50_2."),
+                  "models: alexnet, convnext_base, convnext_large, convnext_small, convnext_tiny, densenet121, "
+                  "densenet161, densenet169, densenet201, efficientnet_b0, efficientnet_b1, efficientnet_b2, "
+                  "efficientnet_b3, efficientnet_b4, efficientnet_b5, efficientnet_b6, efficientnet_b7, "
+                  "efficientnet_v2_l, efficientnet_v2_m, efficientnet_v2_s, googlenet, inception_v3, maxvit_t, "
+                  "mnasnet0_5, mnasnet0_75, mnasnet1_0, mnasnet1_3, mobilenet_v2, mobilenet_v3_large, "
+                  "mobilenet_v3_small, regnet_x_16gf, regnet_x_1_6gf, regnet_x_32gf, regnet_x_3_2gf, regnet_x_400mf, "
+                  "regnet_x_800mf, regnet_x_8gf, regnet_y_128gf, regnet_y_16gf, regnet_y_1_6gf, ... (80 in all)."),
     Case("unknown optimizer", args=[*VALIDATE, "optimizer.name=adam"],
          expected="command line 'optimizer.name=adam': optimizer.name: unknown optimizer 'adam'. Did you mean "
                   "'adamw'? Valid optimizers: adamw, sgd."),
@@ -925,7 +930,8 @@ def test_splits_whose_class_folders_differ_stop_or_train_on_labels_by_class_name
     assert "'.ipynb_checkpoints'" in err and "note:" in err
 
 
-# ==== batch mixing (pipelines.train.mix) and averaged weights (trainer.ema) ============================
+# ==== batch mixing (pipelines.train.mix) and averaged weights (trainer.ema) =====================
+
 
 MIX = "pipelines.train.mix"
 MIX_CASES = [
@@ -992,3 +998,89 @@ MIX_CASES = [
 @pytest.mark.parametrize("case", MIX_CASES, ids=[c.id for c in MIX_CASES])
 def test_bad_mix_or_ema(case: Case, project, capsys, monkeypatch):
     test_bad_input(case, project, capsys, monkeypatch)
+=======
+# ---- model names and kwargs: timm's models (model.name: timm/<name>), torchvision's fixed and runner-set arguments
+TIMM_ONLY = ("experiments/exp.yaml:1: model.name: timm/resnet18 is one of timm's models, and timm is not installed. "
+             "Install runner's timm extra: pip install 'runner[timm]' (or pip install -e '.[timm]' from a checkout); "
+             "`runner models timm/` then lists its models.")
+MODEL_CASES = [
+    Case("unknown timm model", exp=EXP.replace("resnet18", "timm/resnet50x"),
+         expected="experiments/exp.yaml:1: model.name: unknown model 'timm/resnet50x'. Did you mean 'timm/resnet50'? "
+                  "`runner models timm/` lists timm's 1371 models (a glob narrows it: `runner models 'timm/resnet*'`)."),
+    Case("timm model without its prefix", args=[*VALIDATE, "model.name=resnet50d"],
+         expected="command line 'model.name=resnet50d': model.name: unknown model 'resnet50d'. torchvision has no "
+                  "resnet50d; timm's is written 'timm/resnet50d'."),
+    Case("timm kwarg the constructor does not take", args=[*VALIDATE, "model.name=timm/resnet18",
+                                                           "model.kwargs={drop_rat: 0.1}"],
+         expected="command line 'model.kwargs={drop_rat: 0.1}': model.kwargs: timm/resnet18 does not accept these "
+                  "arguments: ResNet.__init__() got an unexpected keyword argument 'drop_rat'. Did you mean "
+                  "'drop_rate'? It takes: block, layers, in_chans, output_stride, global_pool, cardinality, base_width, "
+                  "stem_width, stem_type, replace_stem_pool, block_reduce_first, down_kernel_size, avg_down, channels, "
+                  "act_layer, norm_layer, aa_layer, drop_rate, drop_path_rate, drop_block_rate, zero_init_last, "
+                  "block_args."),
+    Case("timm kwarg a model's config does not take", args=[*VALIDATE, "model.name=timm/poolformer_s12",
+                                                            "model.kwargs={drop_path: 0.1}"],
+         expected="command line 'model.kwargs={drop_path: 0.1}': model.kwargs: timm/poolformer_s12 does not accept "
+                  "these arguments: MetaFormer.__init__() got unexpected keyword argument(s): ['drop_path']. Did you "
+                  "mean 'drop_path_rate'? It takes: in_chans, global_pool, depths, dims, token_mixers, mlp_act, "
+                  "mlp_bias, drop_path_rate, proj_drop_rate, drop_rate, layer_scale_init_values, "
+                  "res_scale_init_values, downsample_norm, norm_layers, output_norm, use_mlp_head."),
+    Case("timm pretrained weights", args=[*VALIDATE, "model.name=timm/resnet18", "model.kwargs={pretrained: true}"],
+         expected="command line 'model.kwargs={pretrained: true}': model.kwargs: timm/resnet18: 'pretrained' is not "
+                  "an argument model.kwargs can set: models start from random weights."),
+    Case("num_classes as a kwarg", args=[*VALIDATE, "model.kwargs={num_classes: 5}"],
+         expected="command line 'model.kwargs={num_classes: 5}': model.kwargs: resnet18: 'num_classes' is not an "
+                  "argument model.kwargs can set: model.num_classes sets it."),
+    Case("torchvision auxiliary logits", args=[*VALIDATE, "model.name=googlenet", "model.kwargs={aux_logits: true}"],
+         expected="command line 'model.kwargs={aux_logits: true}': model.kwargs: googlenet: 'aux_logits' is not an "
+                  "argument model.kwargs can set: runner builds googlenet with aux_logits=False, one output to "
+                  "train."),
+    Case("timm encoder without a classifier", args=[*VALIDATE, "model.name=timm/qwen3_vit_88m_enc"],
+         expected="command line 'model.name=timm/qwen3_vit_88m_enc': model.name: timm/qwen3_vit_88m_enc has no "
+                  "classifier: it returns features, not model.num_classes logits. Pick one of timm's classification "
+                  "models (`runner models timm/`)."),
+    Case("torchvision kwarg on a constructor that computes with tensors", args=[
+        *VALIDATE, "model.name=regnet_y_400mf", "model.kwargs={stem_width: 16, dropout: 0.1}"],
+         expected="command line 'model.kwargs={stem_width: 16, dropout: 0.1}': model.kwargs: regnet_y_400mf does "
+                  "not accept these arguments: RegNet.__init__() got an unexpected keyword argument 'dropout'. It "
+                  "takes: block_params, stem_width, stem_type, block_type, norm_layer, activation."),
+]
+
+
+@pytest.mark.parametrize("case", MODEL_CASES, ids=[c.id for c in MODEL_CASES])
+def test_bad_model(case: Case, project, capsys, monkeypatch):
+    pytest.importorskip("timm")
+    test_bad_input(case, project, capsys, monkeypatch)
+
+
+HIDE_TIMM = """\
+import sys
+
+
+class HideTimm:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "timm":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, HideTimm())
+"""
+
+
+def test_without_timm_its_models_are_named_with_the_extra_that_brings_them(project, tmp_path):
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_TIMM)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "hide"), str(REPO)])}
+    (project / "experiments" / "exp.yaml").write_text(EXP.replace("resnet18", "timm/resnet18"))
+    hidden = subprocess.run([sys.executable, "-c", "import timm"], env=env, capture_output=True, text=True)
+    assert hidden.returncode == 1 and "No module named 'timm'" in hidden.stderr  # timm is hidden indeed
+    runner = [sys.executable, "-m", "runner"]
+    done = subprocess.run([*runner, "validate", "experiments/exp.yaml"], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: {TIMM_ONLY}\n")
+    listed = subprocess.run([*runner, "models"], env=env, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].startswith("80 models (") and sum(line.startswith("│") for line in lines) == 80
+    assert "timm/" not in "".join(lines[1:-1])
+    assert lines[-1] == ("timm's models (model.name: timm/<name>) are listed once timm is installed: pip install "
+                         "'runner[timm]' (or pip install -e '.[timm]' from a checkout).")

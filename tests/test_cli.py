@@ -3,31 +3,39 @@ from __future__ import annotations
 
 from tests.conftest import run_cli
 
-TITLE = "(torchvision architectures, randomly initialised; model.kwargs passes their constructor's arguments)"
+TITLE = "(randomly initialised; model.kwargs passes their constructor's arguments)"
 
 
-def table_rows(out: str) -> list[str]:
-    return [line.strip("│ ") for line in out.splitlines() if line.startswith("│")]
+def table_rows(out: str) -> list[tuple[str, ...]]:  # the body, not the header (drawn with ┃)
+    return [tuple(cell.strip() for cell in line.strip("│").split("│")) for line in out.splitlines()
+            if line.startswith("│")]
 
 
-def test_models_lists_the_registry(capsys):
+def test_models_lists_torchvision_then_timm(capsys):
+    import timm
+    import torchvision
+
+    torchvision_names = sorted(torchvision.models.list_models(module=torchvision.models))
+    timm_names = sorted(f"timm/{n}" for n in timm.list_models())
     code, out, _ = run_cli(["models"], capsys)
     assert code == 0
-    assert out.splitlines()[0] == f"20 models {TITLE}"
-    assert table_rows(out) == [
-        "convnext_tiny", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "mobilenet_v2",
-        "mobilenet_v3_large", "mobilenet_v3_small", "regnet_y_1_6gf", "regnet_y_400mf", "resnet101", "resnet152",
-        "resnet18", "resnet34", "resnet50", "resnext50_32x4d", "swin_t", "vit_b_16", "vit_b_32", "wide_resnet50_2"]
+    assert out.splitlines()[0] == f"{len(torchvision_names) + len(timm_names)} models {TITLE}"
+    assert table_rows(out) == [(n, "torchvision") for n in torchvision_names] + [(n, "timm") for n in timm_names]
+    assert "timm is installed" not in out
 
 
 def test_models_filter_is_a_substring_or_a_glob(capsys):
-    code, out, _ = run_cli(["models", "resnet"], capsys)
-    assert (code, out.splitlines()[0]) == (0, f"6 models matching 'resnet' {TITLE}")
-    assert table_rows(out) == ["resnet101", "resnet152", "resnet18", "resnet34", "resnet50", "wide_resnet50_2"]
-    code, out, _ = run_cli(["models", "resnet*"], capsys)  # a glob is anchored: wide_resnet50_2 is not in it
-    assert table_rows(out) == ["resnet101", "resnet152", "resnet18", "resnet34", "resnet50"]
-    code, out, _ = run_cli(["models", "*_b?"], capsys)
-    assert table_rows(out) == ["efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3"]
+    code, out, _ = run_cli(["models", "resnet18"], capsys)
+    assert (code, out.splitlines()[0]) == (0, f"6 models matching 'resnet18' {TITLE}")
+    assert table_rows(out) == [
+        ("resnet18", "torchvision"), ("timm/legacy_seresnet18", "timm"), ("timm/resnet18", "timm"),
+        ("timm/resnet18d", "timm"), ("timm/seresnet18", "timm"), ("timm/skresnet18", "timm")]
+    code, out, _ = run_cli(["models", "resnet*"], capsys)  # a glob is anchored: wide_resnet50_2, timm/... are not in it
+    assert [name for name, _ in table_rows(out)] == ["resnet101", "resnet152", "resnet18", "resnet34", "resnet50"]
+    code, out, _ = run_cli(["models", "timm/resnet5?d"], capsys)
+    assert table_rows(out) == [("timm/resnet50d", "timm")]
+    code, out, _ = run_cli(["models", "efficientnet_b?"], capsys)
+    assert [name for name, _ in table_rows(out)] == [f"efficientnet_b{i}" for i in range(8)]
     code, out, _ = run_cli(["models", "zzz"], capsys)
     assert (code, out.splitlines()[0], table_rows(out)) == (0, f"0 models matching 'zzz' {TITLE}", [])
 

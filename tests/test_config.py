@@ -270,7 +270,7 @@ def test_registry_names_are_checked_with_lines(project, capsys):
     code, _, err = run_cli(["validate", path], capsys)
     assert code == 2
     assert err.startswith("error: experiments/exp.yaml:2: model.name: unknown model 'resnet_50'. Did you mean "
-                          "'resnet50'? Valid models: convnext_tiny,")
+                          "'resnet50'? Valid models: alexnet, convnext_base,")
     code, _, err = run_cli(["validate", path, "model.name=resnet18", "optimizer.name=adam"], capsys)
     assert err.startswith("error: command line 'optimizer.name=adam': optimizer.name: unknown optimizer 'adam'. "
                           "Did you mean 'adamw'? Valid optimizers: adamw, sgd.")

@@ -5,8 +5,9 @@ from runner import console
 
 
 def register(sub) -> None:
-    p = sub.add_parser("models", help="list the models model.name accepts")
-    p.add_argument("filter", nargs="?", help="only names containing this text, or matching it as a glob (resnet*)")
+    p = sub.add_parser("models", help="list the models model.name accepts (torchvision's, and timm's when installed)")
+    p.add_argument("filter", nargs="?", help="only names containing this text, or matching it as a glob "
+                                             "(resnet*, 'timm/convnext*')")
     p.set_defaults(handler=run)
 
 
@@ -16,9 +17,15 @@ def run(args) -> int:
 
 
 def print_models(pattern: str | None) -> None:
-    from runner.models import MODELS
+    from rich.markup import escape
 
-    names = MODELS.names(pattern)
-    title = f"{len(names)} models" + (f" matching '{pattern}'" if pattern else "")
-    console.out.print(console.table(f"{title} (torchvision architectures, randomly initialised; model.kwargs "
-                                    "passes their constructor's arguments)", ["model"], [[n] for n in names]))
+    from runner.models import TIMM_EXTRA, model_sources, timm_models
+
+    rows = model_sources(pattern)
+    title = f"{len(rows)} models" + (f" matching '{escape(pattern)}'" if pattern else "")
+    console.out.print(console.table(f"{title} (randomly initialised; model.kwargs passes their constructor's "
+                                    "arguments)", ["model", "source"], [list(r) for r in rows],
+                                    justify_numbers=False))
+    if timm_models() is None:
+        console.out.print(f"timm's models (model.name: timm/<name>) are listed once timm is installed: {TIMM_EXTRA}.",
+                          markup=False)

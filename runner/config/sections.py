@@ -15,9 +15,9 @@ Precision = Literal["fp32", "bf16", "fp16"]
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    name: str = "resnet50"                      # a name from `runner models`
+    name: str = "resnet50"                      # a name from `runner models`: torchvision's, or timm/<name>
     num_classes: int = bounded(1000, ge=1)
-    # extra keyword arguments of the torchvision constructor (dropout, ...), checked against it
+    # extra keyword arguments of the model's constructor (dropout, drop_path_rate, ...), checked against it
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
