@@ -83,16 +83,17 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if under_torchrun():
         return run_worker(v, resume=resume)
+    init = None
+    if v.config.model.init is not None and not resume:
+        from runner.model_init import plan_init
+
+        init = plan_init(v)  # weights that do not fit fail here, before any work; workers find a fetch cached
     ensure_data(v)
     v = checked_with_data(v)
     if v.target.world == 1:
-        return run_worker(v, resume=resume)
+        return run_worker(v, resume=resume, init=init)
     if resume:  # refused here once, rather than by every process torchrun would start
         load_resume(v, resume, v.target.world)
-    elif v.config.model.init is not None:
-        from runner.model_init import plan_init
-
-        plan_init(v)  # a file that does not fit fails here, before torchrun starts; the workers find it fetched
     return run_torchrun(torchrun_args(v, experiment, overrides, ["--resume", resume] if resume else []),
                         v.processes)
 
@@ -161,7 +162,7 @@ def log_run_inputs(v, tracker, world: int) -> None:
         tracker.log_text(text, name)
 
 
-def run_worker(v, *, resume: str | None = None) -> int:
+def run_worker(v, *, resume: str | None = None, init=None) -> int:
     """One training process: join the group, train, record, tear down."""
     from runner import dist
     from runner.summary import print_summary
@@ -176,7 +177,7 @@ def run_worker(v, *, resume: str | None = None) -> int:
         dist.barrier(d)
         v = checked_with_data(v, quiet=d.rank != 0)
         state = load_resume(v, resume, d.world) if resume else None
-        init = prepare_init(v, d, resumed=state is not None)
+        init = prepare_init(v, d, resumed=state is not None, plan=init)
         run_id = state["run_id"] if state else None
         from runner.tracking import create_tracker
 
@@ -210,7 +211,7 @@ def run_worker(v, *, resume: str | None = None) -> int:
         dist.teardown()
 
 
-def prepare_init(v, d, *, resumed: bool):
+def prepare_init(v, d, *, resumed: bool, plan=None):
     """model.init planned on every rank (a fetched file is cached: one download); said and logged by rank 0.
     A resume ignores it: the checkpoint holds the weights the run had reached."""
     init = v.config.model.init
@@ -222,7 +223,7 @@ def prepare_init(v, d, *, resumed: bool):
         return None
     from runner.model_init import init_note, label_note, plan_init
 
-    plan = plan_init(v)
+    plan = plan or plan_init(v)
     if d.main:
         for text in (init_note(plan, v.config.model.name), label_note(plan, v.labels)):
             if text:

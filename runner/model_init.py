@@ -170,11 +170,12 @@ def read_state_dict(path: Path, at: dict[str, Any]) -> tuple[dict[str, Any], dic
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            return load_file(str(path)), None
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except pickle.UnpicklingError:  # a runner checkpoint holds RNG and reader states besides tensors
-            obj = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            obj = load_file(str(path))
+        else:
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except pickle.UnpicklingError:  # a runner checkpoint holds RNG and reader states besides tensors
+                obj = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as e:  # a damaged or foreign file
         raise DataError(f"{display_path(path)} cannot be read as weights ({type(e).__name__}: "
                         f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}).", **at) from None
