@@ -215,6 +215,10 @@ def plan_init(v) -> InitPlan:
                     unexpected=tuple(k for k in state if k not in target and not skip(k)), mismatched=mismatched,
                     label_map=meta.get("label_map") if meta else None, total=len(target))
     plan = dataclasses.replace(plan, head_loaded=bool(set(classifier_keys(model)) & set(plan.loaded)))
+    if not plan.loaded:  # not a partial fit: weights of another architecture
+        raise ConfigError(f"no tensor of {display_path(file)} fits {v.config.model.name}: {differences(plan)}. Are "
+                          "they weights of another model? model.name must be the architecture they were saved from.",
+                          **at)
     if init.strict and (plan.missing or plan.unexpected or plan.mismatched):
         raise ConfigError(f"{display_path(file)} does not fit {v.config.model.name} with "
                           f"{v.config.model.num_classes} classes: {differences(plan)}. Under model.init.strict: true "

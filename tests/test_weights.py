@@ -131,13 +131,14 @@ def test_fine_tune_from_a_run_id_with_a_new_head(trained, project, capsys, monke
     assert code == 0, err
     fetched = project / "cache" / "runner" / "weights" / run_id
     best = next(fetched.iterdir())
-    assert (f"note: model.init: mobilenet_v3_small starts from {best} (run {run_id}): 246 of 248 tensors loaded, 2 "
+    shown = best.relative_to(project)
+    assert (f"note: model.init: mobilenet_v3_small starts from {shown} (run {run_id}): 242 of 244 tensors loaded, 2 "
             "left fresh by skip/new_head (classifier.3.weight, classifier.3.bias).\n") in err
     client = MlflowClient(f"sqlite:///{project}/mlflow.db")
     run = client.search_runs([client.get_experiment_by_name("ft").experiment_id])[0]
     p = run.data.params
     assert (p["model.init.sha256"], p["model.init.run_id"], p["model.init.file"], p["model.init.loaded"]) == (
-        sha256(best), run_id, str(best), "246 of 248 tensors")
+        sha256(best), run_id, str(best), "242 of 244 tensors")
     assert p["model.init.source"] == run_id
 
 
@@ -256,3 +257,19 @@ def test_store_down_checkpoints_wait_in_the_bundle_and_sync_delivers_them(projec
     local = next((project / "checkpoints" / "down").glob("*/last.pt"))
     fetched = Path(client.download_artifacts(run_id, "checkpoints/step-0000006.pt", str(project)))
     assert sha256(fetched) == sha256(local)
+
+
+@pytest.mark.slow
+def test_reproduce_weights_evaluates_the_stored_checkpoint_here(trained, capsys, monkeypatch):
+    root, uri, run_id = trained
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    code, out, err = run_cli(["reproduce", run_id, "--uri", uri, "--weights", "last"], capsys)
+    assert code == 0, err
+    assert f"note: evaluating the last checkpoint of run {run_id[:8]} (step 18, epoch 3; " in err
+    rows = {line.split("│")[1].strip(): line.split("│")[2:4] for line in out.splitlines() if line.count("│") == 4}
+    logged = {m: MlflowClient(uri).get_metric_history(run_id, m)[-1].value for m in ("eval/top1", "eval/loss")}
+    for metric, value in logged.items():  # the same weights on the same files: the run's own numbers
+        assert [c.strip() for c in rows[metric]] == [f"{value:.4f}", f"{value:.4f}"], out
+    assert not list(MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("tiny").experiment_id],
+                                                  "tags.`runner.reproduces` != ''"))  # nothing trained or logged
