@@ -172,10 +172,7 @@ def read_state_dict(path: Path, at: dict[str, Any]) -> tuple[dict[str, Any], dic
 
             obj = load_file(str(path))
         else:
-            try:
-                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except pickle.UnpicklingError:  # a runner checkpoint holds RNG and reader states besides tensors
-                obj = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            obj = _torch_load(path)
     except Exception as e:  # a damaged or foreign file
         raise DataError(f"{display_path(path)} cannot be read as weights ({type(e).__name__}: "
                         f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}).", **at) from None
@@ -188,6 +185,24 @@ def read_state_dict(path: Path, at: dict[str, Any]) -> tuple[dict[str, Any], dic
         if all(k.startswith(prefix) for k in state):
             state = {k[len(prefix):]: t for k, t in state.items()}
     return state, meta
+
+
+def _torch_load(path: Path) -> Any:
+    """torch.load, memory-mapped where the file's format allows (a 100 MB file is read once, not copied)."""
+    import torch
+
+    for weights_only in (True, False):  # tensors only, unless a runner checkpoint's RNG and reader states need more
+        for mmap in (True, False):  # files of torch's legacy format cannot be mapped
+            try:
+                return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=mmap)
+            except pickle.UnpicklingError:
+                if not weights_only:
+                    raise
+                break
+            except RuntimeError as e:
+                if not (mmap and "mmap" in str(e)):
+                    raise
+    raise AssertionError("unreachable")
 
 
 def plan_init(v) -> InitPlan:

@@ -976,7 +976,7 @@ WEIGHTS_CASES = [
     Case("best checkpoint by a metric that is not an evaluation's",
          args=[*VALIDATE, "trainer.checkpoint_best.metric=train/loss"],
          expected="command line 'trainer.checkpoint_best.metric=train/loss': trainer.checkpoint_best.metric: "
-                  "'train/loss' is not an evaluation metric. The best checkpoint is chosen by one the run logs after "
+                  "'train/loss' is not an evaluation metric. Did you mean 'eval/loss'? The best checkpoint is chosen by one the run logs after "
                   "each evaluation: eval/top1, eval/top5, eval/loss, or the same of another eval split or the EMA "
                   "model (eval_NAME/top1, ...)."),
     Case("best checkpoint metric misspelt", args=[*VALIDATE, "trainer.checkpoint_best.metric=eval/top_1"],

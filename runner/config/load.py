@@ -222,9 +222,11 @@ def _check_weights(cfg: Experiment, locate: Callable[[str], tuple[Any, int | Non
     """model.init names weights; trainer.checkpoint_best names a metric the run logs at the end of an epoch."""
     init, t = cfg.model.init, cfg.trainer
     if init is not None and not init.source.strip():
-        raise _error(locate, "model.init.source", "missing: name the weights to start from, a checkpoint or weights "
+        file, line = locate("model.init")  # where model.init was written: source is what it lacks
+        raise ConfigError("missing: name the weights to start from, a checkpoint or weights "
                                                   "file (.pt, .pth, .safetensors), a run id, latest:EXPERIMENT or "
-                                                  "torchvision; or remove model.init for a fresh random init.")
+                                                  "torchvision; or remove model.init for a fresh random init.",
+                          file=file, line=line, where="model.init.source")
     best = t.checkpoint_best
     if best is None:
         return
