@@ -83,10 +83,15 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if under_torchrun():
         return run_worker(v, resume=resume)
+    init = None
+    if v.config.model.init is not None and not resume:
+        from runner.model_init import plan_init
+
+        init = plan_init(v)  # weights that do not fit fail here, before any work; workers find a fetch cached
     ensure_data(v)
     v = checked_with_data(v)
     if v.target.world == 1:
-        return run_worker(v, resume=resume)
+        return run_worker(v, resume=resume, init=init)
     if resume:  # refused here once, rather than by every process torchrun would start
         load_resume(v, resume, v.target.world)
     return run_torchrun(torchrun_args(v, experiment, overrides, ["--resume", resume] if resume else []),
@@ -159,7 +164,7 @@ def log_run_inputs(v, tracker, world: int) -> None:
         tracker.log_text(text, name)
 
 
-def run_worker(v, *, resume: str | None = None) -> int:
+def run_worker(v, *, resume: str | None = None, init=None) -> int:
     """One training process: join the group, train, record, tear down."""
     from runner import dist
     from runner.summary import print_summary
@@ -174,22 +179,26 @@ def run_worker(v, *, resume: str | None = None) -> int:
         dist.barrier(d)
         v = checked_with_data(v, quiet=d.rank != 0)
         state = load_resume(v, resume, d.world) if resume else None
+        init = prepare_init(v, d, resumed=state is not None, plan=init)
         run_id = state["run_id"] if state else None
         from runner.tracking import create_tracker
 
         tracker = create_tracker(v.config.tracking, rank=d.rank, resume_run_id=run_id,
                                  at=v.loaded.at("tracking.uri"))
         if d.main:
-            run_id = tracker.start(run_params(v, d.world)) or run_id or uuid.uuid4().hex
+            params = {**run_params(v, d.world), **(init.params if init else {})}
+            run_id = tracker.start(params) or run_id or uuid.uuid4().hex
             if not state:
                 log_run_inputs(v, tracker, d.world)
         run_id = dist.broadcast_object(run_id, d)
-        result = train(v, d, tracker, run_id=run_id, resume=state)
+        result = train(v, d, tracker, run_id=run_id, resume=state, init=init)
         if d.main:
             summary = {**asdict(result), "checkpoint": str(result.checkpoint) if result.checkpoint else None}
             tracker.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
             tracker.set_tags({"runner.checkpoint": str(result.checkpoint or "")})
             finished = tracker.finish(result.status)
+            if result.status == "FINISHED" and finished.delivered and finished.run_id and v.config.trainer.checkpoint_log:
+                log_model(v, finished.uri, finished.run_id, result.checkpoint)
             print_summary(v, result, finished)
         return 0 if result.status == "FINISHED" else 128 + int(result.signal or 15)
     except BaseException as e:
@@ -202,6 +211,43 @@ def run_worker(v, *, resume: str | None = None) -> int:
         raise
     finally:
         dist.teardown()
+
+
+def prepare_init(v, d, *, resumed: bool, plan=None):
+    """model.init planned on every rank (a fetched file is cached: one download); said and logged by rank 0.
+    A resume ignores it: the checkpoint holds the weights the run had reached."""
+    init = v.config.model.init
+    if init is None:
+        return None
+    if resumed:
+        if d.main:
+            console.note(f"model.init ({init.source}) is ignored: --resume continues from the checkpoint's weights.")
+        return None
+    from runner.model_init import init_note, label_note, plan_init
+
+    plan = plan or plan_init(v)
+    if d.main:
+        for text in (init_note(plan, v.config.model.name), label_note(plan, v.labels)):
+            if text:
+                console.note(text)
+    return plan
+
+
+def log_model(v, uri: str, run_id: str, checkpoint: Path | None) -> None:
+    """The run's LoggedModel, pointing at its best (else last) checkpoint in the store: MLflow's Models column."""
+    from omegaconf import OmegaConf
+
+    from runner.checkpoint_log import INDEX
+    from runner.tracking.weights import log_logged_model
+
+    index_file = checkpoint.parent / INDEX if checkpoint else None
+    if index_file is None or not index_file.is_file():
+        return
+    index = json.loads(index_file.read_text())
+    files = {"experiment.yaml": OmegaConf.to_yaml(v.loaded.resolved)}
+    if v.labels is not None:
+        files[LABEL_MAP_ARTIFACT] = v.labels.to_json()
+    log_logged_model(uri, run_id, v.config.name or v.config.model.name, index, files)
 
 
 def torch_threads(d) -> None:

@@ -1,6 +1,6 @@
 """Models by name: torchvision's classification architectures, and timm's as `timm/<name>` when timm is installed.
 
-Every model starts from random weights; nothing is downloaded.
+Every model starts from random weights (or model.init's, runner/model_init.py); nothing is downloaded.
 """
 from __future__ import annotations
 
@@ -43,10 +43,10 @@ _TORCHVISION_DEFAULTS = {"googlenet": {"init_weights": True}, "inception_v3": {"
 
 # constructor arguments runner sets itself: the number of classes, and no pretrained weights (nothing downloads)
 _RUNNER_SETS = {"num_classes": "model.num_classes sets it",
-                "weights": "models start from random weights", "progress": "nothing is downloaded",
-                "pretrained": "models start from random weights", "pretrained_cfg": "models start from random weights",
-                "pretrained_cfg_overlay": "models start from random weights",
-                "checkpoint_path": "models start from random weights", "cache_dir": "nothing is downloaded",
+                "weights": "models start from random weights unless model.init names weights to load", "progress": "nothing is downloaded",
+                "pretrained": "models start from random weights unless model.init names weights to load", "pretrained_cfg": "models start from random weights unless model.init names weights to load",
+                "pretrained_cfg_overlay": "models start from random weights unless model.init names weights to load",
+                "checkpoint_path": "models start from random weights unless model.init names weights to load", "cache_dir": "nothing is downloaded",
                 "device": "trainer.accelerator places the model", "dtype": "trainer.precision sets the arithmetic"}
 
 

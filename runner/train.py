@@ -20,10 +20,12 @@ from torch import nn
 
 from runner import checkpoint
 from runner.accumulate import MicroBatch, check_accumulation, create_train_loader, global_batch
+from runner.checkpoint_log import CheckpointLog
 from runner.dist import Dist, all_gather_objects, all_sum
 from runner.ema import ModelEma, prefixed
 from runner.loaders import create_loader
 from runner.mix import Mixer
+from runner.model_init import InitPlan, apply_init
 from runner.models import create_model
 from runner.optim import create_optimizer, create_scheduler
 from runner.preview import BatchPreview
@@ -306,31 +308,41 @@ def end_epoch(t: Telemetry, d: Dist) -> dict[str, float]:
 
 
 def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id: str, step: int, epoch: int,
-                    batch: int) -> Path | None:
-    """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states."""
+                    batch: int, kept: CheckpointLog | None = None, metrics: dict[str, float] | None = None
+                    ) -> Path | None:
+    """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states,
+    the resolved experiment and the label map (a checkpoint says what it is), then `kept` logs it."""
     if s.ema is not None:
         s.ema.sync(d)
     state = {"loader": train_loader.state(), "rng": torch.get_rng_state()}
     gathered = all_gather_objects(state, d)  # each rank's reader position and RNG
     if not d.main:
         return None
-    return checkpoint.save({
+    path = checkpoint.save({
         "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(),
         "scheduler": s.scheduler.state_dict(), "scaler": s.scaler.state_dict(),
         "ema": s.ema.state_dict() if s.ema is not None else None,
         "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
         "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
-        "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world)}, ckpt_dir)
+        "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world),
+        "label_map": v.labels.index if v.labels is not None else None, "metrics": dict(metrics or {})}, ckpt_dir)
+    if kept is not None:
+        kept.saved(path, step=step, epoch=epoch, metrics=metrics)
+    return path
 
 
-def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = None) -> RunResult:
-    """Train the experiment on this rank: set up, loop over epochs and steps, tear down."""
+def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = None,
+          init: InitPlan | None = None) -> RunResult:
+    """Train the experiment on this rank: set up, loop over epochs and steps, tear down. `init` (model.init)
+    loads before DDP and the optimizer see the model; a resume's checkpoint replaces it."""
     cfg, tc = v.config, v.config.trainer
     started = time.perf_counter()
 
     # ---- set up ------------------------------------------------------------------------------
     configure_torch(cfg, d)
     model = build_model(cfg, d)
+    if init is not None and resume is None:
+        apply_init(model, init)  # every rank, before DDP wraps it: an EMA copy made from it starts the same
     loader_state = resume["loader_states"][d.rank] if resume else None
     accumulation = check_accumulation(v.loaded, d.world)  # d.world: a user's own torchrun may differ from v's
     train_loader = create_train_loader(v, d, accumulation, state=loader_state, checkpointing=True)
@@ -340,6 +352,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     s = build_step(v, d, model, steps_per_epoch, resume)
     step, epoch, start_batch = (resume["step"], resume["epoch"], resume["batch"]) if resume else (0, 0, 0)
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
+    kept = CheckpointLog(tc, ckpt_dir, tracker) if d.main else None
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
     telemetry = Telemetry(d)
     previews = BatchPreview(v, tracker, d, enabled=resume is None)  # what the run trained on, as grids
@@ -378,7 +391,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
                 if stopping:
                     result.status, result.signal = "KILLED", stop.signal or signal.SIGTERM
                     result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
-                                                        epoch=epoch, batch=batch)
+                                                        epoch=epoch, batch=batch, kept=kept)
                     break
             if result.status == "KILLED":
                 break
@@ -399,7 +412,7 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             result.metrics.update(epoch_metrics)
             if last or (tc.checkpoint_every_n_epochs and epoch % tc.checkpoint_every_n_epochs == 0):
                 result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
-                                                    epoch=epoch, batch=0)
+                                                    epoch=epoch, batch=0, kept=kept, metrics=epoch_metrics)
 
     # ---- tear down ---------------------------------------------------------------------------
     progress.close()

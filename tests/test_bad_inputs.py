@@ -930,7 +930,8 @@ def test_splits_whose_class_folders_differ_stop_or_train_on_labels_by_class_name
     assert "'.ipynb_checkpoints'" in err and "note:" in err
 
 
-# ==== batch mixing (pipelines.train.mix) and averaged weights (trainer.ema) =====================
+# ==== batch mixing (pipelines.train.mix) and averaged weights (trainer.ema) ==============
+
 
 
 MIX = "pipelines.train.mix"
@@ -998,7 +999,8 @@ MIX_CASES = [
 @pytest.mark.parametrize("case", MIX_CASES, ids=[c.id for c in MIX_CASES])
 def test_bad_mix_or_ema(case: Case, project, capsys, monkeypatch):
     test_bad_input(case, project, capsys, monkeypatch)
-=======
+
+
 # ---- model names and kwargs: timm's models (model.name: timm/<name>), torchvision's fixed and runner-set arguments
 TIMM_ONLY = ("experiments/exp.yaml:1: model.name: timm/resnet18 is one of timm's models, and timm is not installed. "
              "Install runner's timm extra: pip install 'runner[timm]' (or pip install -e '.[timm]' from a checkout); "
@@ -1027,7 +1029,8 @@ MODEL_CASES = [
                   "res_scale_init_values, downsample_norm, norm_layers, output_norm, use_mlp_head."),
     Case("timm pretrained weights", args=[*VALIDATE, "model.name=timm/resnet18", "model.kwargs={pretrained: true}"],
          expected="command line 'model.kwargs={pretrained: true}': model.kwargs: timm/resnet18: 'pretrained' is not "
-                  "an argument model.kwargs can set: models start from random weights."),
+                  "an argument model.kwargs can set: models start from random weights unless model.init names weights "
+                  "to load."),
     Case("num_classes as a kwarg", args=[*VALIDATE, "model.kwargs={num_classes: 5}"],
          expected="command line 'model.kwargs={num_classes: 5}': model.kwargs: resnet18: 'num_classes' is not an "
                   "argument model.kwargs can set: model.num_classes sets it."),
@@ -1084,3 +1087,88 @@ def test_without_timm_its_models_are_named_with_the_extra_that_brings_them(proje
     assert "timm/" not in "".join(lines[1:-1])
     assert lines[-1] == ("timm's models (model.name: timm/<name>) are listed once timm is installed: pip install "
                          "'runner[timm]' (or pip install -e '.[timm]' from a checkout).")
+
+
+# ==== weights: model.init and the checkpoints a run keeps =============================================
+
+def resnet18_state_dict(p: Path) -> None:
+    import torch
+    import torchvision
+
+    (p / "weights").mkdir()
+    torch.save(torchvision.models.resnet18().state_dict(), p / "weights" / "resnet18.pth")
+    (p / "weights" / "notes.txt").write_text("not weights\n")
+
+
+HUB = "/nowhere/torch-home/hub/checkpoints"
+INIT_FORMS = ("a checkpoint or weights file (.pt, .pth, .safetensors), a run id (or run:ID), latest:EXPERIMENT, or "
+              "torchvision[:WEIGHTS]")
+WEIGHTS_CASES = [
+    Case("model.init without a source", args=[*LAUNCH, "model.init.new_head=true"],
+         expected="command line 'model.init.new_head=true': model.init.source: missing: name the weights to start "
+                  "from, a checkpoint or weights file (.pt, .pth, .safetensors), a run id, latest:EXPERIMENT or "
+                  "torchvision; or remove model.init for a fresh random init."),
+    Case("model.init file that is not there", args=[*LAUNCH, "model.init.source=weights/resnet18-f37072fd.pth"],
+         env={"TORCH_HOME": "/nowhere/torch-home"},
+         expected="command line 'model.init.source=weights/resnet18-f37072fd.pth': model.init.source: no file "
+                  f"weights/resnet18-f37072fd.pth: model.init.source is {INIT_FORMS}. runner downloads nothing at run "
+                  f"time: put the file there, e.g. torchvision's weights, which torch.hub keeps in {HUB}/ (torchvision "
+                  "names the file for model.name)."),
+    Case("torchvision weights not in torch.hub's cache", args=[*LAUNCH, "model.init.source=torchvision"],
+         env={"TORCH_HOME": "/nowhere/torch-home"},
+         expected="command line 'model.init.source=torchvision': model.init.source: torchvision's IMAGENET1K_V1 "
+                  "weights of resnet18 are not here, and runner downloads nothing at run time: put "
+                  "resnet18-f37072fd.pth (from https://download.pytorch.org/models/resnet18-f37072fd.pth) in "
+                  f"{HUB}/, torch.hub's cache, or name the file's path in model.init.source."),
+    Case("torchvision weights that do not exist", args=[*LAUNCH, "model.init.source=torchvision:IMAGENET1K_V2"],
+         expected="command line 'model.init.source=torchvision:IMAGENET1K_V2': model.init.source: torchvision's "
+                  "resnet18 has no weights 'IMAGENET1K_V2'; it has: IMAGENET1K_V1 (or DEFAULT)."),
+    Case("model.init run id in no store", args=[*LAUNCH, "model.init.source=0123456789abcdef0123456789abcdef"],
+         expected="command line 'model.init.source=0123456789abcdef0123456789abcdef': model.init.source: no tracking "
+                  "store at {project}/mlflow.db: sqlite:///{project}/mlflow.db does not exist. Name the store the run "
+                  "was logged to with --uri (a path or URI), or set $MLFLOW_TRACKING_URI. Nor does checkpoints/ hold "
+                  "a checkpoint of run 0123456789abcdef0123456789abcdef."),
+    Case("model.init folder", args=[*LAUNCH, "model.init.source=weights"], setup=resnet18_state_dict,
+         expected="command line 'model.init.source=weights': model.init.source: weights is a folder; name the weights "
+                  "file in it (e.g. weights/last.pt)."),
+    Case("model.init file that holds no weights", args=[*LAUNCH, "model.init.source=weights/notes.txt"],
+         setup=resnet18_state_dict,
+         expected="command line 'model.init.source=weights/notes.txt': model.init.source: weights/notes.txt cannot "
+                  "be read as weights (UnpicklingError: invalid load key, 'n'.)."),
+    Case("model.init strict with another class count", args=[*LAUNCH, "model.init.source=weights/resnet18.pth"],
+         setup=resnet18_state_dict,
+         expected="command line 'model.init.source=weights/resnet18.pth': model.init.source: weights/resnet18.pth "
+                  "does not fit resnet18 with 2 classes: 2 differ in shape (fc.weight: [1000, 512] in the file, [2, "
+                  "512] in the model; fc.bias: [1000] in the file, [2] in the model), 0 missing from the file, 0 not "
+                  "in the model. Under model.init.strict: true every key must load; set model.init.new_head=true for "
+                  "a fresh classifier (fc.weight, fc.bias), leave keys fresh with model.init.skip patterns, or set "
+                  "model.init.strict=false to load what fits."),
+    Case("model.init checkpoint that is not best or last", args=[*VALIDATE, "model.init.checkpoint=first"],
+         expected="command line 'model.init.checkpoint=first': model.init.checkpoint: 'first' is not valid; expected "
+                  "one of: best, last."),
+    Case("best checkpoint by a metric that is not an evaluation's",
+         args=[*VALIDATE, "trainer.checkpoint_best.metric=train/loss"],
+         expected="command line 'trainer.checkpoint_best.metric=train/loss': trainer.checkpoint_best.metric: "
+                  "'train/loss' is not an evaluation metric. Did you mean 'eval/loss'? The best checkpoint is chosen by one the run logs after "
+                  "each evaluation: eval/top1, eval/top5, eval/loss, or the same of another eval split or the EMA "
+                  "model (eval_NAME/top1, ...)."),
+    Case("best checkpoint metric misspelt", args=[*VALIDATE, "trainer.checkpoint_best.metric=eval/top_1"],
+         expected="command line 'trainer.checkpoint_best.metric=eval/top_1': trainer.checkpoint_best.metric: "
+                  "'eval/top_1' is not an evaluation metric. Did you mean 'eval/top1'? The best checkpoint is chosen "
+                  "by one the run logs after each evaluation: eval/top1, eval/top5, eval/loss, or the same of another "
+                  "eval split or the EMA model (eval_NAME/top1, ...)."),
+    Case("best checkpoint without evaluation", args=[*VALIDATE, "trainer.checkpoint_best.mode=min",
+                                                     "trainer.eval_every_n_epochs=0"],
+         expected="command line 'trainer.checkpoint_best.mode=min': trainer.checkpoint_best: needs an evaluation, but "
+                  "trainer.eval_every_n_epochs is 0, so eval/top1 is never measured; set eval_every_n_epochs to 1 or "
+                  "more, or remove trainer.checkpoint_best."),
+    Case("keep no checkpoint", args=[*VALIDATE, "trainer.checkpoint_keep=0"],
+         expected="command line 'trainer.checkpoint_keep=0': trainer.checkpoint_keep: 0 is out of range; it must be "
+                  "at least 1."),
+]
+
+
+@pytest.mark.parametrize("case", WEIGHTS_CASES, ids=[c.id for c in WEIGHTS_CASES])
+def test_bad_weights(case: Case, project, capsys, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    test_bad_input(case, project, capsys, monkeypatch)

@@ -132,7 +132,6 @@ class BareStep:
         out = self.train_step(self.step, [MicroBatch(self.d.rank, images, labels)], step=self.steps)
         self.steps += 1
         return out[0].loss
-        return loss
 
 
 def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:

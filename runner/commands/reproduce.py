@@ -23,6 +23,9 @@ def register(sub) -> None:
     p.add_argument("--out", default="reproduced", help="folder for <run id>/experiments/ and pipelines/ "
                                                        "(default ./reproduced)")
     p.add_argument("--dry-run", action="store_true", help="write the experiment and show the differences; train nothing")
+    p.add_argument("--weights", nargs="?", const="best", choices=("best", "last"),
+                   help="train nothing: fetch the run's best (or last) checkpoint from the store and evaluate it here "
+                        "on the run's eval pipeline, beside the metrics it logged")
     p.set_defaults(handler=run)
 
 
@@ -50,6 +53,8 @@ def run(args) -> int:
         v = checked_with_data(v)
     print_differences(record, machine_differences(record, v) + data_differences(record, v)
                       + label_differences(record, v))
+    if args.weights:
+        return evaluate_weights(record, v, uri, args.weights)
     command = shlex.join(["runner", "launch", display_path(snap.experiment), *overrides])
     if args.dry_run:
         console.out.print(escape(f"wrote {display_path(snap.experiment)}; to run it: {command}"))
@@ -58,6 +63,24 @@ def run(args) -> int:
     code = launch(v, str(snap.experiment), overrides)
     _point_to_compare(record, v, uri)
     return code
+
+
+def evaluate_weights(record, v, uri: str, which: str) -> int:
+    """The run's checkpoint, fetched from its store, evaluated here by the run's eval pipeline (one process)."""
+    from runner.checkpoint import load
+    from runner.tracking.weights import fetch_run_weights
+    from runner.weights_eval import evaluate_checkpoint
+
+    file = fetch_run_weights(record.run_id, uri, which=which)
+    state = load(file)
+    console.note(f"evaluating the {which} checkpoint of run {record.short} (step {state.get('step')}, epoch "
+                 f"{state.get('epoch')}; {display_path(file)}) on its eval pipeline here")
+    here = evaluate_checkpoint(v, state)
+    logged = state.get("metrics") or {}
+    rows = [[key, f"{logged[key]:.4f}" if key in logged else "-", f"{value:.4f}"] for key, value in here.items()]
+    console.out.print(console.table(f"run {record.short}'s {which} checkpoint", ["", "logged by the run", "here"],
+                                    rows, justify_numbers=False))
+    return 0
 
 
 def _validate(record, experiment: Path, overrides: list[str]):

@@ -24,7 +24,25 @@ def sync(args) -> int:
                                at=error_at("--uri", file="command line"))
     run_id = sync_offline(args.bundle, uri)
     console.out.print(f"[green]synced[/] {args.bundle} -> run {run_id} at {uri}")
+    _log_model(args.bundle, uri, run_id)
     return 0
+
+
+def _log_model(bundle: str, uri: str, run_id: str) -> None:
+    """A delivered run with checkpoints gets the LoggedModel that launch makes when the store answers."""
+    import json
+    from pathlib import Path
+
+    from runner.tracking.weights import INDEX, log_logged_model
+
+    artifacts = Path(bundle) / "artifacts"
+    index = artifacts / INDEX
+    meta = json.loads((Path(bundle) / "run.json").read_text())
+    if index.is_file() and meta.get("status") == "FINISHED":
+        files = {name: (artifacts / name).read_text() for name in ("experiment.yaml", "label_map.json")
+                 if (artifacts / name).is_file()}
+        log_logged_model(uri, run_id, meta.get("params", {}).get("name") or meta["experiment"],
+                         json.loads(index.read_text()), files)
 
 
 def pending(args) -> int:

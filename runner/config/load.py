@@ -12,6 +12,7 @@ key by key; a list replaces the list below it whole (OmegaConf's merge). `${...}
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,6 +198,7 @@ def check_consistency(cfg: Experiment, locate: Callable[[str], tuple[Any, int | 
                                                   f"node ranks run from 0 to {t.nnodes - 1}.")
     _check_training_partners(cfg, locate)
     check_recipes(cfg, locate)
+    _check_weights(cfg, locate)
 
 
 def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any, int | None]]) -> None:
@@ -213,6 +215,35 @@ def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any,
     if cfg.tracking.enabled and not cfg.tracking.experiment.strip():
         raise _error(locate, "tracking.experiment", "an empty name; MLflow files every run under a named experiment, "
                                                     "e.g. tracking.experiment=resnet50 (the default: runner).")
+
+
+EPOCH_METRIC = re.compile(r"eval(_\w+)?/(top1|top5|loss)")
+
+
+def _check_weights(cfg: Experiment, locate: Callable[[str], tuple[Any, int | None]]) -> None:
+    """model.init names weights; trainer.checkpoint_best names a metric the run logs at the end of an epoch."""
+    init, t = cfg.model.init, cfg.trainer
+    if init is not None and not init.source.strip():
+        file, line = locate("model.init")  # where model.init was written: source is what it lacks
+        raise ConfigError("missing: name the weights to start from, a checkpoint or weights "
+                                                  "file (.pt, .pth, .safetensors), a run id, latest:EXPERIMENT or "
+                                                  "torchvision; or remove model.init for a fresh random init.",
+                          file=file, line=line, where="model.init.source")
+    best = t.checkpoint_best
+    if best is None:
+        return
+    if not EPOCH_METRIC.fullmatch(best.metric):
+        raise _error(locate, "trainer.checkpoint_best.metric",
+                     f"'{best.metric}' is not an evaluation metric.{did_you_mean(best.metric, BEST_METRICS)} The best "
+                     "checkpoint is chosen by one the run logs after each evaluation: eval/top1, eval/top5, eval/loss, "
+                     "or the same of another eval split or the EMA model (eval_NAME/top1, ...).")
+    if t.eval_every_n_epochs == 0:
+        raise _error(locate, "trainer.checkpoint_best", "needs an evaluation, but trainer.eval_every_n_epochs is 0, so "
+                                                        f"{best.metric} is never measured; set eval_every_n_epochs to "
+                                                        "1 or more, or remove trainer.checkpoint_best.")
+
+
+BEST_METRICS = ("eval/top1", "eval/top5", "eval/loss")
 
 
 def schedule_notes(cfg: Experiment) -> list[str]:

@@ -14,11 +14,26 @@ Precision = Literal["fp32", "bf16", "fp16"]
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelInitConfig:
+    """Weights the model starts from instead of its random init (fine-tuning); --resume ignores it."""
+    # a runner checkpoint or torchvision/timm weights file (.pt, .pth, .safetensors); a run id, or run:ID, whose
+    # logged checkpoint is fetched from tracking.uri; latest:EXPERIMENT, that experiment's newest finished run;
+    # torchvision[:WEIGHTS], torchvision's file for model.name from torch.hub's cache (never downloaded)
+    source: str = ""
+    checkpoint: Literal["best", "last"] = "best"  # which checkpoint of a run
+    uri: str | None = None                      # the store holding that run; null: tracking.uri's
+    skip: list[str] = field(default_factory=list)  # key patterns (fnmatch, e.g. "fc.*") left at their fresh init
+    new_head: bool = False                      # leave the classifier fresh: another class count or meaning
+    strict: bool = True                         # every key must load and fit; false: load what fits, list the rest
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     name: str = "resnet50"                      # a name from `runner models`: torchvision's, or timm/<name>
     num_classes: int = bounded(1000, ge=1)
     # extra keyword arguments of the model's constructor (dropout, drop_path_rate, ...), checked against it
     kwargs: dict[str, Any] = field(default_factory=dict)
+    init: ModelInitConfig | None = None         # start from these weights (null: a fresh random init)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +74,12 @@ class EmaConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointBestConfig:
+    metric: str = "eval/top1"                   # an epoch metric: eval/top1, eval/top5, eval/loss, eval_NAME/...
+    mode: Literal["max", "min"] = "max"         # max: higher is better (accuracy); min: lower (a loss)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainerConfig:
     epochs: int = bounded(1, ge=1)
     max_steps: int | None = bounded(None, ge=1)  # stop after this many optimizer steps in all
@@ -80,6 +101,10 @@ class TrainerConfig:
     eval_every_n_epochs: int = bounded(1, ge=0)       # 0: no evaluation
     checkpoint_every_n_epochs: int = bounded(1, ge=0)  # 0: only at the end (and on a stop signal)
     checkpoint_dir: str = "checkpoints"
+    # the checkpoint kept as "best", by an epoch metric (eval/top1, eval/loss, ...); null: keep only the latest
+    checkpoint_best: CheckpointBestConfig | None = None
+    checkpoint_keep: int = bounded(1, ge=1)     # latest checkpoints the run's artifact store keeps (and the best)
+    checkpoint_log: bool = True                 # log checkpoints to the run's artifact store (tracking.uri)
     # multi-node: passed to torchrun's rendezvous
     nnodes: int = bounded(1, ge=1)
     node_rank: int = bounded(0, ge=0)

@@ -173,6 +173,17 @@ class MlflowTracker:
         with self._lock:
             self._artifacts.append((dest, str(name.parent) if str(name.parent) != "." else None))
 
+    def delete_artifact(self, artifact_path: str) -> None:
+        """Queue the removal of a logged artifact file (a checkpoint no longer kept). One still waiting to be sent
+        is taken off the queue instead, so an outage never sends what is already superseded."""
+        with self._lock:
+            for i, (path, folder) in enumerate(self._artifacts):
+                if i and path is not None and _artifact_name(path, folder) == artifact_path:
+                    del self._artifacts[i]
+                    shutil.rmtree(path.parent, ignore_errors=True)
+                    return
+            self._artifacts.append((None, artifact_path))
+
     def _spool(self, name: str) -> Path:
         """A fresh path for a queued artifact's copy (its own directory, so names never clash)."""
         if self._tmp is None:
@@ -291,6 +302,11 @@ class MlflowTracker:
         while self._artifacts and not self._abandon:
             path, artifact_path = self._artifacts[0]
             try:
+                if path is None:
+                    self._call(delete_run_artifact, self.mlflow_client, self.uri, self._remote_id, artifact_path)
+                    with self._lock:
+                        self._artifacts.popleft()
+                    continue
                 self._call(self.mlflow_client.log_artifact, self._remote_id, str(path), artifact_path)
             except _Outage:
                 raise
@@ -376,10 +392,13 @@ class MlflowTracker:
                 "local_run_id": self.run_id, "uri": self.uri, "experiment": self.experiment,
                 "run_name": self.run_name, "start_time": self._start_ms, "end_time": self._end_ms,
                 "status": self._status, "params": params, "tags": tags, "metrics": len(metrics)}
+        meta["deleted_artifacts"] = [folder for path, folder in artifacts if path is None]
         (bundle / "run.json").write_text(json.dumps(meta, indent=1))
         with open(bundle / "metrics.jsonl", "w") as f:
             f.writelines(json.dumps(m) + "\n" for m in metrics)
         for path, artifact_path in artifacts:
+            if path is None:
+                continue
             dest = bundle / "artifacts" / (artifact_path or "") / path.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -415,6 +434,24 @@ def _find_local_run(client: Any, experiment: str, local_id: str) -> str | None:
         if runs:
             return runs[0].info.run_id
     return None
+
+
+def _artifact_name(path: Path, folder: str | None) -> str:
+    return f"{folder}/{path.name}" if folder else path.name
+
+
+def delete_run_artifact(client: Any, uri: str, run_id: str, artifact_path: str) -> None:
+    """Remove one artifact file of a run (stores that cannot delete keep it: logged once, not an outage)."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    folder = artifact_path.rpartition("/")[0] or None
+    if artifact_path not in {a.path for a in client.list_artifacts(run_id, folder)}:
+        return  # never delivered, or removed already
+    repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri, tracking_uri=uri)
+    try:
+        repo.delete_artifacts(artifact_path)
+    except NotImplementedError:
+        log.info("the artifact store of %s cannot delete files; %s stays.", uri, artifact_path)
 
 
 def _free_path(path: Path) -> Path:

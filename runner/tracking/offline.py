@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
-from runner.tracking.mlflow_tracker import ensure_experiment, now_ms, short_reason
+from runner.tracking.mlflow_tracker import delete_run_artifact, ensure_experiment, now_ms, short_reason
 from runner.tracking.uri import BATCH_METRICS, BATCH_PARAMS, OFFLINE_DIR, SYNCED_MARKER, mlflow_client
 
 
@@ -53,7 +53,7 @@ def _existing_run(client: Any, run_id: str | None) -> str | None:
         raise
 
 
-def _replay(client: Any, bundle: Bundle) -> str:
+def _replay(client: Any, bundle: Bundle, uri: str) -> str:
     from mlflow.entities import Metric, Param, RunTag
     meta = bundle.meta
     run_id = _existing_run(client, meta.get("run_id"))
@@ -73,6 +73,8 @@ def _replay(client: Any, bundle: Bundle) -> str:
     for file in sorted(p for p in root.rglob("*") if p.is_file()):
         parent = file.parent.relative_to(root).as_posix()
         client.log_artifact(run_id, str(file), None if parent == "." else parent)
+    for gone in meta.get("deleted_artifacts", []):  # checkpoints the run stopped keeping during the outage
+        delete_run_artifact(client, uri, run_id, gone)
     client.set_terminated(run_id, meta["status"], meta["end_time"] or None)
     return run_id
 
@@ -89,7 +91,7 @@ def sync_offline(bundle_dir: str | Path, uri: str | None = None) -> str:
         raise RunnerError(f"{bundle.path}: already synced (run {done['run_id']} at {done['uri']}).")
     uri = uri or bundle.meta["uri"]
     try:
-        run_id = _replay(mlflow_client(uri), bundle)
+        run_id = _replay(mlflow_client(uri), bundle, uri)
     except RunnerError:
         raise
     except Exception as e:

@@ -72,6 +72,7 @@ def _is_file_store(uri: str) -> bool:
 def store_env(uri: str) -> None:
     """Environment MLflow needs for this store. MLflow 3.17 refuses file stores unless opted in."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # fetched checkpoints: runner says so
     if _is_file_store(uri):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 

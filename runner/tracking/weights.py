@@ -1,0 +1,116 @@
+"""A run's checkpoints in its artifact store: where they are (checkpoints/index.json), fetching one back, and the
+LoggedModel that points at the best one.
+
+Layout of a run's artifacts:
+    checkpoints/index.json      {"last": "checkpoints/step-0000120.pt", "best": ..., "metric": ..., "kept": [...]}
+    checkpoints/step-NNNNNNN.pt the checkpoints kept (trainer.checkpoint_keep latest, and the best)
+Each checkpoint holds the model and optimizer states, the resolved experiment and the label map.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from runner.errors import DataError, RunnerError
+
+log = logging.getLogger("runner.tracking")
+
+INDEX = "checkpoints/index.json"
+WHICH = ("best", "last")
+
+
+def cache_dir() -> Path:
+    """Where fetched checkpoints are kept: $XDG_CACHE_HOME/runner/weights (~/.cache/runner/weights)."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "runner" / "weights"
+
+
+def read_index(uri: str, run_id: str) -> dict[str, Any] | None:
+    """The run's checkpoints/index.json, or None when it logged no checkpoint."""
+    from runner.tracking.store import read_artifact
+
+    text = read_artifact(uri, run_id, INDEX)
+    return json.loads(text) if text else None
+
+
+def fetch_run_weights(run_id: str, tracking_uri: str | None = None, which: str = "best",
+                      dest: Path | None = None) -> Path:
+    """The run's best (or last) checkpoint as a local file, downloaded from its store once and cached.
+
+    `run_id` may be a unique start of the id; `tracking_uri` defaults to the store runner launch logs to.
+    "best" is the last checkpoint when the run named no trainer.checkpoint_best. Raises DataError when the
+    run logged no checkpoint, RunnerError when the store does not answer or lacks the run."""
+    from runner.tracking.store import client, get_run, store_uri
+
+    if which not in WHICH:
+        raise ValueError(f"which must be one of {WHICH}, not {which!r}")
+    uri = store_uri(tracking_uri)
+    record = get_run(uri, run_id)
+    index = read_index(uri, record.run_id)
+    if index is None:
+        raise DataError(f"run {record.run_id} at {uri} logged no checkpoint (no {INDEX} among its artifacts).",
+                        where="RUN_ID")
+    name = index.get(which) or index["last"]
+    target = (dest or cache_dir() / record.run_id) / Path(name).name
+    if target.is_file() and target.stat().st_size == index.get("sizes", {}).get(name, -1):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as tmp:
+        try:
+            local = client(uri).download_artifacts(record.run_id, name, tmp)
+        except Exception as e:  # noqa: BLE001 - what a store raises varies by store
+            raise RunnerError(f"cannot download {name} of run {record.run_id} from {uri}: "
+                              f"{str(e).strip().splitlines()[0][:300]}", where="RUN_ID") from None
+        os.replace(local, target)  # atomic: a process reading the cache never sees half a file
+    log.info("fetched %s of run %s from %s into %s", name, record.run_id, uri, target)
+    return target
+
+
+def latest_finished_run(uri: str, experiment: str) -> str:
+    """The id of the newest FINISHED run of `experiment` in the store at `uri` that logged a checkpoint."""
+    from runner.tracking.store import find_runs
+
+    runs = [r for r in find_runs(uri, experiment=experiment, limit=50) if r.status == "FINISHED"]
+    for run in reversed(runs):
+        if read_index(uri, run.run_id) is not None:
+            return run.run_id
+    raise DataError(f"experiment '{experiment}' in {uri} has no finished run with a logged checkpoint; run "
+                    f"`runner launch` on it first, or name a run id or a file.")
+
+
+def log_logged_model(uri: str, run_id: str, name: str, index: dict[str, Any], files: dict[str, str]) -> str | None:
+    """A LoggedModel of the run (MLflow 3's Models tab) that points at its best checkpoint, without a second
+    copy of the weights: its artifacts are the label map, the experiment and a checkpoint.json naming
+    runs:/RUN_ID/checkpoints/... . Returns its id, None when the store refused (logged, never raised)."""
+    from runner.tracking.uri import mlflow_client
+
+    try:
+        c = mlflow_client(uri)
+        run = c.get_run(run_id)
+        chosen = index.get("best") or index["last"]
+        model = c.create_logged_model(experiment_id=run.info.experiment_id, name=name, source_run_id=run_id,
+                                      model_type="runner-checkpoint",
+                                      tags={"runner.checkpoint": f"runs:/{run_id}/{chosen}"},
+                                      params={"checkpoint": chosen, "which": "best" if index.get("best") else "last",
+                                              **{f"best.{k}": str(v) for k, v in
+                                                 (index.get("best_metrics") or {}).items()}})
+        with tempfile.TemporaryDirectory(prefix="runner-model-") as tmp:
+            (Path(tmp) / "checkpoint.json").write_text(json.dumps({"run_id": run_id, "artifact": chosen,
+                                                                   "uri": f"runs:/{run_id}/{chosen}", **index},
+                                                                  indent=1))
+            for file_name, text in files.items():
+                (Path(tmp) / file_name).write_text(text)
+            c.log_model_artifacts(model.model_id, tmp)
+        from mlflow.entities import LoggedModelOutput
+
+        c.log_outputs(run_id, [LoggedModelOutput(model.model_id, int(index.get("steps", {}).get(chosen, 0)))])
+        c.finalize_logged_model(model.model_id, "READY")
+        return model.model_id
+    except Exception as e:  # noqa: BLE001 - the checkpoints are in the store already; the model is a pointer
+        log.warning("the run's checkpoints are logged, but MLflow at %s refused its LoggedModel: %s", uri,
+                    str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__)
+        return None
