@@ -42,18 +42,22 @@ class ModelEma:
         # the state dicts' tensors share storage with the modules': the optimizer and BatchNorm update the
         # model's in place, and the lerp writes the average's in place
         pairs = list(zip(self.module.state_dict().values(), model.state_dict().values()))
-        self._averaged = [(e, m) for e, m in pairs if e.is_floating_point()]
-        self._copied = [(e, m) for e, m in pairs if not e.is_floating_point()]
+        # the lists each update passes to one foreach call: building them per step costs the launch thread time
+        self._ema_floats = [e for e, m in pairs if e.is_floating_point()]
+        self._model_floats = [m for e, m in pairs if e.is_floating_point()]
+        self._fp32 = all(m.dtype == torch.float32 for m in self._model_floats)  # else: .float() copies per update
+        self._ema_ints = [e for e, m in pairs if not e.is_floating_point()]
+        self._model_ints = [m for e, m in pairs if not e.is_floating_point()]
 
     @torch.no_grad()
     def update(self, step: int) -> None:
         """After optimizer step number `step` (1, 2, ...) of the model: average when it is an update step."""
         if step % self.cfg.every_n_steps:
             return
-        for ema_v, model_v in self._copied:
-            ema_v.copy_(model_v)
-        torch._foreach_lerp_([e for e, _ in self._averaged], [m.float() for _, m in self._averaged],
-                             weight=1.0 - ema_decay(self.cfg, step))
+        if self._ema_ints:
+            torch._foreach_copy_(self._ema_ints, self._model_ints)
+        model = self._model_floats if self._fp32 else [m.float() for m in self._model_floats]
+        torch._foreach_lerp_(self._ema_floats, model, weight=1.0 - ema_decay(self.cfg, step))
 
     @torch.no_grad()
     def sync(self, d) -> None:

@@ -120,8 +120,8 @@ class Mixer:
                 images = mix_images(images, lam, tuple(boxes[0].tolist()))
             elif lam != 1.0:
                 images = mix_images(images, lam, None)
-            weight: float | torch.Tensor = lam
-            keep_own = torch.full_like(labels, lam >= 0.5, dtype=torch.bool)
+            targets = mixup_target(labels, self.num_classes, lam, self.smoothing)
+            return MixedBatch(images=images, targets=targets, labels=labels if lam >= 0.5 else labels.flip(0))
         else:
             lam_t, cutmix, boxes = self.image_params(images.shape, g)
             images = mix_images_per_image(images, lam_t, cutmix, boxes)

@@ -65,13 +65,14 @@ class CaptureTracker:
     """Keeps the interval metrics the training loop logs; forwards them to a real tracker too."""
 
     def __init__(self, inner=None):
-        self.inner, self.windows = inner, []
+        from runner.tracking.base import NullTracker
+
+        self.inner, self.windows = inner if inner is not None else NullTracker(), []
 
     def log_metrics(self, metrics, step):
         if "loader/images_per_s" in metrics:
             self.windows.append((step, dict(metrics)))
-        if self.inner is not None:
-            self.inner.log_metrics(metrics, step)
+        self.inner.log_metrics(metrics, step)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
