@@ -39,6 +39,7 @@ def ensure_data(v, *, quiet: bool = False) -> None:
             generate_synthetic(root, classes=s.classes, per_class=s.per_class, eval_per_class=s.eval_per_class,
                                min_side=s.min_side, max_side=s.max_side, quality=s.quality,
                                progress=None if quiet else progress)
+        check_extra_eval_splits(v, quiet=quiet)
         return
     from runner.data.splits import check_split_sizes, scan_split
     from runner.loaders.dali_plan import reader_suffixes
@@ -50,6 +51,17 @@ def ensure_data(v, *, quiet: bool = False) -> None:
         suffixes[role] = reader_suffixes(v.graphs.get(role))
         scan_split(v.loaded, role, suffixes[role])  # DataError at data.root, naming folder and layout
     check_split_sizes(v.loaded, v.target.world, suffixes)  # here once, rather than in every process
+    check_extra_eval_splits(v, quiet=quiet)
+
+
+def check_extra_eval_splits(v, *, quiet: bool) -> None:
+    """data.eval_splits checked as the eval split is; the classes a split has no folder for, said once."""
+    from runner.data.eval_splits import check_eval_splits
+    from runner.loaders.dali_plan import reader_suffixes
+
+    for text in check_eval_splits(v.loaded, v.target.world, reader_suffixes(v.graphs.get("eval"))):
+        if not quiet:
+            console.note(text)
 
 
 def checked_with_data(v, *, quiet: bool = False):
