@@ -73,8 +73,8 @@ def check_eval_splits(loaded: LoadedExperiment, world: int, suffixes: tuple[str,
         try:
             scan = scan_split(view, "eval", suffixes or filter_suffixes(None))
         except DataError as e:
-            if not folder.is_dir():  # the split's own folder is not there: name this key
-                raise DataError(f"{e.file}: {e.message}", **loaded.at(KEY)) from None
+            if not folder.is_dir():  # the split's own folder is not there: name this key (scan_split named the folder)
+                raise DataError(e.message, **loaded.at(KEY)) from None
             raise
         if labels is not None:
             extra, missing = split_classes(labels, folder)
