@@ -8,7 +8,7 @@ command names another; overrides change the loader, the pipeline or the split.
 """
 from __future__ import annotations
 
-import tempfile
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ class Source:
     """What is evaluated: the weights file, the run that trained them and the experiment to evaluate with."""
     weights: Path
     run_id: str | None
-    experiment: Path                       # the experiment file (written into the scratch folder unless given)
+    experiment: Path                       # the experiment file (written under --out unless given)
     tracking_experiment: str | None = None  # the MLflow experiment of the run (None: the experiment file's)
     uri: str | None = None                 # the store holding the run
 
@@ -42,7 +42,11 @@ def load_weights_file(path: Path) -> dict[str, Any]:
         path = path / checkpoint.LAST
     if not path.is_file():
         raise DataError(f"{display_path(path)}: no such checkpoint file.", where="CHECKPOINT")
-    state = checkpoint.load(path)
+    try:
+        state = checkpoint.load(path)
+    except DataError as e:
+        raise DataError(f"{e.message} runner evaluate takes a checkpoint that runner launch wrote (a last.pt under "
+                        "trainer.checkpoint_dir), or a run id.", where="CHECKPOINT") from None
     if not isinstance(state, dict) or not {"model", "config"} <= set(state):
         raise DataError(f"{display_path(path)} is not a checkpoint of runner launch: it holds no 'model' weights and "
                         "'config' (the resolved experiment) beside them, as the last.pt files under "
@@ -69,14 +73,15 @@ def run_checkpoint(record) -> Path:
                     "its checkpoint file: runner evaluate FILE.", where="RUN_ID")
 
 
-def resolve_source(source: str, experiment: str | None, uri: str | None, scratch: Path) -> Source:
-    """A checkpoint file (or run folder) or a run id -> the weights and the experiment to evaluate them with."""
+def resolve_source(source: str, experiment: str | None, uri: str | None, out: Path) -> Source:
+    """A checkpoint file (or run folder) or a run id -> the weights and the experiment to evaluate them with (the
+    one given, or the one the run logged or the checkpoint holds, written to OUT/<run id>/experiments/)."""
     if looks_like_file(source):
         path = Path(source)
         path = path / checkpoint.LAST if path.is_dir() else path
         state = load_weights_file(path)
-        exp = Path(experiment) if experiment else write_experiment(state["config"], scratch / "experiments",
-                                                                  path.stem)
+        folder = out / str(state.get("run_id") or path.stem) / "experiments"
+        exp = Path(experiment) if experiment else write_experiment(state["config"], folder, path.stem)
         return Source(weights=path, run_id=state.get("run_id"), experiment=exp)
     from runner.repro.snapshot import write_snapshot
     from runner.tracking.store import get_run, store_uri
@@ -84,7 +89,7 @@ def resolve_source(source: str, experiment: str | None, uri: str | None, scratch
     store = store_uri(uri)
     record = get_run(store, source)
     weights = run_checkpoint(record)
-    exp = Path(experiment) if experiment else write_snapshot(record, scratch).experiment
+    exp = Path(experiment) if experiment else write_snapshot(record, out / record.run_id).experiment
     return Source(weights=weights, run_id=record.run_id, experiment=exp, tracking_experiment=record.experiment,
                   uri=store)
 
@@ -130,31 +135,31 @@ def check_label_map(state: dict[str, Any], v, weights: Path) -> None:
                         "Point data.root (or data.train_split) at a folder holding the run's class folders.",
                         **v.loaded.at("data.root"))
     if v.labels.digest != saved:
-        raise DataError(f"the class folders of {display_path(train)} map class names to labels as {v.labels.digest} "
-                        f"({len(v.labels)} classes), but the weights in {display_path(weights)} were trained on "
+        raise DataError(f"the class folders of {display_path(train)} map class names to labels as {v.labels.digest}, "
+                        f"but the weights in {display_path(weights)} were trained on "
                         f"{saved}: their outputs would be scored against other classes' labels. Point data.root "
                         "(or data.train_split) at the class folders the run trained on.", **v.loaded.at("data.root"))
 
 
-def evaluate_command(source: str, experiment: str | None, overrides: list[str], uri: str | None) -> int:
+def evaluate_command(source: str, experiment: str | None, overrides: list[str], uri: str | None,
+                     out: Path = Path("evaluated")) -> int:
     """`runner evaluate`: resolve what is evaluated, check the data, run the evaluation here or under torchrun."""
     from runner.dist import under_torchrun
     from runner.validate import validate
 
     if under_torchrun():  # a worker our torchrun started: the parent resolved everything
         return run_eval_worker(validate(experiment, overrides), Path(source))
-    with tempfile.TemporaryDirectory(prefix="runner-evaluate-") as tmp:
-        src = resolve_source(source, experiment, uri, Path(tmp))
-        overrides = source_overrides(src, overrides)
-        v = prepared(validate(src.experiment, overrides), src.weights)
-        console.note(f"evaluating {display_path(src.weights)}" + (f" of run {src.run_id}" if src.run_id else "")
-                     + f" with {display_path(src.experiment)} {' '.join(overrides)}")
-        if v.target.world == 1:
-            return run_eval_worker(v, src.weights)
-        from runner.launch import run_torchrun, torchrun_args
+    src = resolve_source(source, experiment, uri, out)
+    overrides = source_overrides(src, overrides)
+    v = prepared(validate(src.experiment, overrides), src.weights)
+    console.note(f"evaluating {display_path(src.weights)}" + (f" of run {src.run_id}" if src.run_id else "")
+                 + f" with {shlex.join([display_path(src.experiment), *overrides])}")
+    if v.target.world == 1:
+        return run_eval_worker(v, src.weights)
+    from runner.launch import run_torchrun, torchrun_args
 
-        return run_torchrun(torchrun_args(v, str(src.experiment), overrides, [],
-                                          command=("evaluate", str(src.weights.resolve()))), v.processes)
+    return run_torchrun(torchrun_args(v, str(src.experiment), overrides, [],
+                                      command=("evaluate", str(src.weights.resolve()))), v.processes)
 
 
 def prepared(v, weights: Path):

@@ -2,6 +2,8 @@
 MLflow run linked to the original."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from runner.errors import RunnerError
 
 
@@ -15,6 +17,9 @@ def register(sub) -> None:
                         "holds), then overrides, e.g. data.eval_split=val_320 data.loader=torchvision")
     p.add_argument("--uri", help="tracking store holding the run (default: $MLFLOW_TRACKING_URI, else ./mlflow.db); "
                                  "the evaluation is logged there too unless tracking.uri is overridden")
+    p.add_argument("--out", default="evaluated", help="folder for <run id>/experiments/ (and pipelines/): the "
+                                                      "experiment written from the run or checkpoint (default "
+                                                      "./evaluated)")
     p.set_defaults(handler=run)
 
 
@@ -26,4 +31,4 @@ def run(args) -> int:
     if len(files) > 1:
         raise RunnerError(f"expected at most one experiment file after {args.source}, then key=value overrides; got "
                           f"{', '.join(files)}.", file="command line")
-    return evaluate_command(args.source, files[0] if files else None, overrides, args.uri)
+    return evaluate_command(args.source, files[0] if files else None, overrides, args.uri, Path(args.out))
