@@ -20,7 +20,7 @@ def draw_confusion(ev: Evaluation, classes: list[str], path: Path, *, title: str
     rows = counts.sum(dim=1, keepdim=True)
     shares = (counts / rows.clamp(min=1)).numpy()
     k = len(classes)
-    side = min(4 + 0.45 * min(k, _NAMED), 22)
+    side = min(4 + 0.3 * k, 16) if k <= _NAMED else 12
     fig, ax = plt.subplots(figsize=(side + 1.5, side))
     image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the true class's images")
@@ -32,8 +32,9 @@ def draw_confusion(ev: Evaluation, classes: list[str], path: Path, *, title: str
             if n:
                 ax.text(j, i, str(n), ha="center", va="center", fontsize=max(6, 12 - k // 3),
                         color="white" if shares[i, j] > 0.5 else "black")
-    ax.set_xlabel("predicted class")
-    ax.set_ylabel("true class")
+    unnamed = "" if k <= _NAMED else " (label index; names in the CSV)"
+    ax.set_xlabel("predicted class" + unnamed)
+    ax.set_ylabel("true class" + unnamed)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -67,6 +67,9 @@ def print_evaluation(v, results: dict[str, Evaluation], names: list[str], source
     for prefix, ev in results.items():
         out.print(per_class_table(prefix, ev, names))
         out.print(confusion_table(prefix, ev, names))
+    if len(names) > CONFUSION_TABLE:
+        out.print(escape("every class and the whole matrix: evaluation/PREFIX_per_class.csv, PREFIX_confusion.csv "
+                         "and PREFIX_confusion.png in the run's artifacts"))
     if tracked:
         out.print(escape(f"tracking: {tracked}"))
 
@@ -77,18 +80,24 @@ def per_class_table(prefix: str, ev: Evaluation, names: list[str]):
     if len(rows) > PER_CLASS_ROWS:  # the worst and the best, the rest in evaluation/PREFIX_per_class.csv
         rows.sort(key=lambda r: r[2])
         half = PER_CLASS_ROWS // 2
-        note = f" ({half} lowest and {half} highest of {len(rows)}; all in evaluation/{prefix}_per_class.csv)"
+        note = f", lowest and highest {half} of {len(rows)}"
         rows = rows[:half] + rows[-half:]
-    return console.table(f"{escape(prefix)}: top-1 per class{note}", ["class", "images", "top-1"],
-                         [[escape(c), n, console.percent(t)] for c, n, t in rows])
+    return titled(f"{escape(prefix)}: top-1 per class{note}", ["class", "images", "top-1"],
+                  [[escape(c), n, console.percent(t)] for c, n, t in rows])
 
 
 def confusion_table(prefix: str, ev: Evaluation, names: list[str]):
     if len(names) <= CONFUSION_TABLE:
-        return console.table(f"{escape(prefix)}: confusion matrix (rows: true class, columns: predicted)",
-                             ["true \\ predicted", *map(escape, names)],
-                             [[escape(c), *row] for c, row in zip(names, ev.confusion.tolist())])
+        return titled(f"{escape(prefix)}: confusion matrix (rows: true class, columns: predicted)",
+                      ["true \\ predicted", *map(escape, names)],
+                      [[escape(c), *row] for c, row in zip(names, ev.confusion.tolist())])
     pairs = ev.confused_pairs(names)
-    return console.table(f"{escape(prefix)}: most confused pairs ({len(names)} classes; the matrix is in "
-                         f"evaluation/{prefix}_confusion.csv)", ["true class", "predicted as", "images", "of its class"],
-                         [[escape(t), escape(p), n, console.percent(share)] for t, p, n, share in pairs])
+    return titled(f"{escape(prefix)}: most confused pairs", ["true class", "predicted as", "images", "of its class"],
+                  [[escape(t), escape(p), n, console.percent(share)] for t, p, n, share in pairs])
+
+
+def titled(title: str, columns: list[str], rows: list[list]):
+    """console.table at least as wide as its title, which rich would otherwise wrap to a narrow table's width."""
+    table = console.table(title, columns, rows)
+    table.min_width = len(title)
+    return table

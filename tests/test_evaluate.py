@@ -245,3 +245,55 @@ def test_two_process_gloo_evaluation(at_origin):
     assert new.data.metrics["eval/top1"] == original.data.metrics["eval/top1"]  # each image once, over two shards
     assert_consistent(at_origin, new, "eval", 9)
     assert_consistent(at_origin, new, "eval_val_b", 8)
+
+
+def test_many_classes_print_the_most_confused_pairs_and_the_ends_of_the_per_class_table():
+    from rich.console import Console
+
+    from runner.evaluation_report import confusion_table, per_class_table
+
+    k = 60
+    confusion = torch.eye(k, dtype=torch.long) * 4
+    confusion[7, 3] = 6  # class 7 is mostly taken for class 3
+    confusion[7, 7] = 0
+    confusion[1, 2] = 1
+    ev = Evaluation(loss_sum=0.0, top1=int(confusion.diagonal().sum()), top5=0, samples=int(confusion.sum()),
+                    confusion=confusion)
+    names = [f"k{i}" for i in range(k)]
+    console = Console(width=200, record=True)
+    console.print(confusion_table("eval", ev, names))
+    console.print(per_class_table("eval", ev, names))
+    text = console.export_text()
+    assert "eval: most confused pairs" in text
+    rows = [line.split("│")[1:-1] for line in text.splitlines() if line.startswith("│")]
+    assert [c.strip() for c in rows[0]] == ["k7", "k3", "6", "100.0%"]
+    assert [c.strip() for c in rows[1]] == ["k1", "k2", "1", "20.0%"]
+    assert "eval: top-1 per class, lowest and highest 25 of 60" in text
+    assert [c.strip() for c in rows[2]] == ["k7", "6", "0.0%"]  # the lowest first
+    assert len(rows) == 2 + 50
+
+
+@pytest.mark.slow
+def test_a_checkpoint_with_ema_weights_reports_both(at_origin, capsys):
+    state = torch.load(at_origin.checkpoint, map_location="cpu", weights_only=False)
+    state["ema"] = {k: v.clone() for k, v in state["model"].items()}
+    torch.save(state, at_origin.root / "with_ema.pt")
+    code, out, err = run_cli(["evaluate", "with_ema.pt", "data.eval_splits=[]"], capsys)
+    assert code == 0, err
+    m = newest_evaluation(at_origin).data.metrics
+    assert m["eval_ema/top1"] == m["eval/top1"] and m["eval_ema/samples"] == 9  # the same weights
+    assert "eval_ema: top-1 per class" in out
+
+
+@pytest.mark.slow
+def test_a_run_whose_checkpoint_is_not_here(at_origin, capsys):
+    client = MlflowClient(at_origin.uri)
+    run = client.create_run(client.get_experiment_by_name("tiny").experiment_id)
+    client.log_text(run.info.run_id, (at_origin.root / "experiments" / "tiny.yaml").read_text(), "experiment.yaml")
+    client.set_tag(run.info.run_id, "runner.checkpoint", "/gone/last.pt")
+    client.set_terminated(run.info.run_id)
+    code, _, err = run_cli(["evaluate", run.info.run_id], capsys)
+    assert code == 2
+    assert err == (f"error: RUN_ID: run {run.info.run_id} has no checkpoint on this machine (tag runner.checkpoint: "
+                   f"/gone/last.pt; nothing in checkpoints/tiny/{run.info.run_id}/); evaluate it where it ran, or pass "
+                   "its checkpoint file: runner evaluate FILE.\n")
