@@ -8,6 +8,7 @@ command names another; overrides change the loader, the pipeline or the split.
 """
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,22 +148,28 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
     from runner.dist import under_torchrun
     from runner.validate import validate
 
-    if under_torchrun():  # a worker our torchrun started: the parent resolved everything
-        return run_eval_worker(validate(experiment, overrides), Path(source))
+    if under_torchrun():
+        from runner.launch import WORKER_ENV
+
+        if WORKER_ENV not in os.environ or experiment is None:
+            raise ConfigError("runner evaluate starts its own processes: run it without torchrun, with "
+                              "trainer.devices=N for N processes.", where="torchrun")
+        return run_eval_worker(validate(experiment, overrides), Path(source))  # the parent resolved everything
     src = resolve_source(source, experiment, uri, out)
     overrides = source_overrides(src, overrides)
-    v = prepared(validate(src.experiment, overrides), src.weights)
+    state = load_weights_file(src.weights)
+    v = prepared(validate(src.experiment, overrides), state, src.weights)
     console.note(f"evaluating {display_path(src.weights)}" + (f" of run {src.run_id}" if src.run_id else "")
                  + f" with {shlex.join([display_path(src.experiment), *overrides])}")
     if v.target.world == 1:
-        return run_eval_worker(v, src.weights)
+        return run_eval_worker(v, src.weights, state)
     from runner.launch import run_torchrun, torchrun_args
 
     return run_torchrun(torchrun_args(v, str(src.experiment), overrides, [],
                                       command=("evaluate", str(src.weights.resolve()))), v.processes)
 
 
-def prepared(v, weights: Path):
+def prepared(v, state: dict[str, Any], weights: Path):
     """The experiment with its data made and checked (the eval splits alone), and refused for a label map other
     than the weights' or no eval pipeline."""
     from runner.commands.args import label_notes, run_notes
@@ -175,12 +182,13 @@ def prepared(v, weights: Path):
     label_notes(v)
     ensure_data(v, train=False)
     v = checked_with_data(v)
-    check_label_map(load_weights_file(weights), v, weights)
+    check_label_map(state, v, weights)
     return v
 
 
-def run_eval_worker(v, weights: Path) -> int:
-    """One evaluating process: join the group, score each set of weights on each split, record on rank 0."""
+def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> int:
+    """One evaluating process: join the group, score each set of weights (the checkpoint `weights`, or its `state`
+    already loaded) on each split, record on rank 0."""
     from runner import dist
     from runner.evaluation_report import finish_evaluation
     from runner.launch import checked_with_data, torch_threads
@@ -190,7 +198,7 @@ def run_eval_worker(v, weights: Path) -> int:
     torch_threads(d)
     try:
         v = checked_with_data(v, quiet=True)
-        state = load_weights_file(weights)
+        state = state or load_weights_file(weights)
         cfg, tc = v.config, v.config.trainer
         configure_torch(cfg, d)
         loaders = create_eval_loaders(v, d)

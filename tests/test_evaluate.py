@@ -278,9 +278,11 @@ def test_a_checkpoint_with_ema_weights_reports_both(at_origin, capsys):
     state = torch.load(at_origin.checkpoint, map_location="cpu", weights_only=False)
     state["ema"] = {k: v.clone() for k, v in state["model"].items()}
     torch.save(state, at_origin.root / "with_ema.pt")
-    code, out, err = run_cli(["evaluate", "with_ema.pt", "data.eval_splits=[]"], capsys)
+    code, out, err = run_cli(["evaluate", "with_ema.pt", "experiments/tiny.yaml", "data.eval_splits=[]"], capsys)
     assert code == 0, err
-    m = newest_evaluation(at_origin).data.metrics
+    run = newest_evaluation(at_origin)
+    assert run.data.tags["runner.experiment_file"] == "experiments/tiny.yaml"  # the experiment named, not the saved one
+    m = run.data.metrics
     assert m["eval_ema/top1"] == m["eval/top1"] and m["eval_ema/samples"] == 9  # the same weights
     assert "eval_ema: top-1 per class" in out
 
