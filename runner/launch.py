@@ -22,8 +22,9 @@ WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need n
 LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
 
 
-def ensure_data(v, *, quiet: bool = False) -> None:
-    """Generate the synthetic set when data.root is unset; check the folders otherwise."""
+def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
+    """Generate the synthetic set when data.root is unset; check the folders otherwise (train=False: the eval
+    splits alone, for runner evaluate)."""
     cfg = v.config.data
     if cfg.loader == "synthetic":
         return
@@ -39,17 +40,30 @@ def ensure_data(v, *, quiet: bool = False) -> None:
             generate_synthetic(root, classes=s.classes, per_class=s.per_class, eval_per_class=s.eval_per_class,
                                min_side=s.min_side, max_side=s.max_side, quality=s.quality,
                                progress=None if quiet else progress)
+        check_extra_eval_splits(v, quiet=quiet)
         return
     from runner.data.splits import check_split_sizes, scan_split
     from runner.loaders.dali_plan import reader_suffixes
 
     suffixes = {}
-    for role in ("train", "eval"):
+    for role in ("train", "eval") if train else ("eval",):
         if role == "eval" and v.config.pipelines.eval is None and cfg.loader == "dali":
             continue
         suffixes[role] = reader_suffixes(v.graphs.get(role))
         scan_split(v.loaded, role, suffixes[role])  # DataError at data.root, naming folder and layout
-    check_split_sizes(v.loaded, v.target.world, suffixes, accumulation=v.accumulation)  # once, not per process
+    if train:
+        check_split_sizes(v.loaded, v.target.world, suffixes, accumulation=v.accumulation)  # once, not per process
+    check_extra_eval_splits(v, quiet=quiet)
+
+
+def check_extra_eval_splits(v, *, quiet: bool) -> None:
+    """data.eval_splits checked as the eval split is; the classes a split has no folder for, said once."""
+    from runner.data.eval_splits import check_eval_splits
+    from runner.loaders.dali_plan import reader_suffixes
+
+    for text in check_eval_splits(v.loaded, v.target.world, reader_suffixes(v.graphs.get("eval"))):
+        if not quiet:
+            console.note(text)
 
 
 def checked_with_data(v, *, quiet: bool = False):
@@ -63,8 +77,9 @@ def checked_with_data(v, *, quiet: bool = False):
     return checked
 
 
-def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str]) -> list[str]:
-    """torchrun's own command line: our node layout and rendezvous, then `-m runner launch ...`."""
+def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str],
+                  command: tuple[str, ...] = ("launch",)) -> list[str]:
+    """torchrun's own command line: our node layout and rendezvous, then `-m runner launch ...` (or `command`)."""
     tc = v.config.trainer
     args = [f"--nproc-per-node={v.processes}", f"--nnodes={tc.nnodes}", f"--max-restarts={tc.max_restarts}"]
     if tc.nnodes > 1:  # config.load checked that rdzv_endpoint is set
@@ -72,7 +87,7 @@ def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str]) ->
                  f"--rdzv-endpoint={tc.rdzv_endpoint}", f"--rdzv-id={tc.rdzv_id}"]
     else:
         args += ["--standalone"]
-    return args + ["-m", "runner", "launch", experiment, *overrides, *extra]
+    return args + ["-m", "runner", *command, experiment, *overrides, *extra]
 
 
 def launch(v, experiment: str, overrides: list[str], *, resume: str | None = None) -> int:

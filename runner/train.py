@@ -22,7 +22,8 @@ from runner import checkpoint
 from runner.accumulate import MicroBatch, check_accumulation, create_train_loader, global_batch
 from runner.checkpoint_log import CheckpointLog
 from runner.dist import Dist, all_gather_objects, all_sum
-from runner.ema import ModelEma, prefixed
+from runner.ema import ModelEma, ema_split_prefix
+from runner.evaluation import Evaluation, class_names, log_evaluation
 from runner.loaders import create_loader
 from runner.mix import Mixer
 from runner.model_init import InitPlan, apply_init
@@ -103,12 +104,14 @@ def step_begin(tc) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
-def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool,
-             preview: BatchPreview | None = None) -> dict[str, float]:
-    """Top-1/top-5 and loss over this rank's shard, summed over ranks: every sample counted once; `preview`
-    draws the first batch (once per run)."""
+def evaluate_split(net, loader, criterion, d: Dist, amp: dict, channels_last: bool,
+                   num_classes: int, preview: BatchPreview | None = None) -> Evaluation:
+    """Loss, top-1/top-5 hits and the confusion matrix (num_classes x num_classes; 0: none) over this rank's
+    shard, summed over ranks: every sample counted once. All of it accumulates on the device and crosses to the
+    host in one all-reduce. `preview` draws the first batch (once per run)."""
     net.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=d.device)  # loss*n, top1, top5, n
+    confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=d.device)  # [true, predicted]
     with torch.no_grad():
         for images, labels in loader.epoch():
             if preview is not None:
@@ -123,10 +126,31 @@ def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool,
             sums += torch.stack([loss.double() * len(labels), hits[:, 0].sum().double(),
                                  hits.any(dim=1).sum().double(), torch.tensor(len(labels), device=d.device,
                                                                               dtype=torch.float64)])
-    loss_n, top1, top5, n = all_sum(sums, d).tolist()
+            if num_classes:
+                confusion += torch.bincount(labels * num_classes + top5[:, 0], minlength=num_classes * num_classes)
+    total = all_sum(torch.cat([sums, confusion.double()]), d)  # counts stay exact in float64 below 2**53
     net.train()
-    return {"eval/loss": loss_n / max(n, 1), "eval/top1": top1 / max(n, 1), "eval/top5": top5 / max(n, 1),
-            "eval/samples": n}
+    loss_n, top1, top5, n = total[:4].tolist()
+    return Evaluation(loss_sum=loss_n, top1=int(top1), top5=int(top5), samples=int(n),
+                      confusion=total[4:].round().long().reshape(num_classes, num_classes))
+
+
+def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool, *,
+             prefix: str = "eval") -> dict[str, float]:
+    """`PREFIX/top1`, `/top5`, `/loss` and `/samples` of evaluate_split (e.g. prefix eval_ema, eval_val_320)."""
+    return evaluate_split(net, loader, criterion, d, amp, channels_last, 0).metrics(prefix)
+
+
+def create_eval_loaders(v, d: Dist) -> dict[str, Any]:
+    """metric prefix -> eval loader: `eval` for data.eval_split, `eval_NAME` for each of data.eval_splits."""
+    import dataclasses
+
+    from runner.data.eval_splits import extra_splits, split_prefix, split_view
+
+    views = {"eval": v} | {split_prefix(name): dataclasses.replace(v, loaded=split_view(v.loaded, name))
+                           for name in extra_splits(v.config.data)}
+    loaders = {prefix: create_loader(view, "eval", d) for prefix, view in views.items()}
+    return {prefix: loader for prefix, loader in loaders.items() if loader is not None}  # None: no eval pipeline
 
 
 def build_model(cfg, d: Dist) -> nn.Module:
@@ -346,7 +370,8 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     loader_state = resume["loader_states"][d.rank] if resume else None
     accumulation = check_accumulation(v.loaded, d.world)  # d.world: a user's own torchrun may differ from v's
     train_loader = create_train_loader(v, d, accumulation, state=loader_state, checkpointing=True)
-    eval_loader = create_loader(v, "eval", d) if tc.eval_every_n_epochs else None
+    eval_loaders = create_eval_loaders(v, d) if tc.eval_every_n_epochs else {}
+    evaluations: dict[str, Evaluation] = {}  # prefix -> the latest evaluation of that split
     steps_per_epoch = train_loader.steps_per_epoch
     total_steps = tc.epochs * steps_per_epoch if tc.max_steps is None else min(tc.max_steps, tc.epochs * steps_per_epoch)
     s = build_step(v, d, model, steps_per_epoch, resume)
@@ -400,13 +425,17 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             epoch += 1
             start_batch = 0
             last = epoch == tc.epochs or step >= total_steps
-            if eval_loader is not None and (epoch % tc.eval_every_n_epochs == 0 or last):  # None when every_n is 0
-                epoch_metrics.update(evaluate(s.net, eval_loader, s.criterion, d, s.amp, tc.channels_last,
-                                              previews))
-                if s.ema is not None:  # the averaged weights on the same images: eval_ema/...
-                    s.ema.sync(d)
-                    epoch_metrics.update(prefixed(evaluate(s.ema.module, eval_loader, s.criterion, d, s.amp,
-                                                           tc.channels_last), "eval_ema"))
+            if eval_loaders and (epoch % tc.eval_every_n_epochs == 0 or last):  # none when every_n is 0
+                for prefix, loader in eval_loaders.items():
+                    evaluations[prefix] = evaluate_split(s.net, loader, s.criterion, d, s.amp, tc.channels_last,
+                                                         cfg.model.num_classes, previews if prefix == "eval" else None)
+                    epoch_metrics.update(evaluations[prefix].metrics(prefix))
+                    if s.ema is not None:  # the averaged weights on the same images: eval_ema/, eval_ema_NAME/
+                        s.ema.sync(d)
+                        ema_prefix = ema_split_prefix(prefix)
+                        evaluations[ema_prefix] = evaluate_split(s.ema.module, loader, s.criterion, d, s.amp,
+                                                                 tc.channels_last, cfg.model.num_classes)
+                        epoch_metrics.update(evaluations[ema_prefix].metrics(ema_prefix))
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)
@@ -418,6 +447,10 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
     progress.close()
     telemetry.stop()
     previews.close()
+    if d.main:
+        names = class_names(v.labels, cfg.model.num_classes)
+        for prefix, ev in evaluations.items():  # the last evaluation of each split, as files and a heat map
+            log_evaluation(tracker, ev, prefix, names)
     result.epochs, result.steps = epoch, step
     result.seconds = time.perf_counter() - started
     train_loader.close()

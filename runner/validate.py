@@ -8,6 +8,7 @@ from pathlib import Path
 from runner.accumulate import accumulation_note, check_accumulation
 from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import schedule_notes
+from runner.data.eval_splits import check_split_names
 from runner.data.labels import LabelMap
 from runner.data.splits import check_labels
 from runner.dist import Dist
@@ -61,6 +62,7 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     target = Dist(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     accumulation = check_accumulation(loaded, target.world)
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
+    check_split_names(loaded)
     labels, notes = check_labels(loaded)
     return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs, labels=labels,
                      label_notes=tuple(notes), accumulation=accumulation,

@@ -1171,4 +1171,41 @@ WEIGHTS_CASES = [
 @pytest.mark.parametrize("case", WEIGHTS_CASES, ids=[c.id for c in WEIGHTS_CASES])
 def test_bad_weights(case: Case, project, capsys, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+# ---- data.eval_splits: extra eval folders, checked like data.eval_split --------------------------
+
+def val_and_a_second_val_with_another_class(p: Path) -> None:
+    train_and_val(p)
+    images(p / "data" / "val_b", classes=3)
+
+
+EVAL_SPLIT_CASES = [
+    Case("eval split name with a slash", args=[*VALIDATE, "data.eval_splits=[val/x]"],
+         expected="command line 'data.eval_splits=[val/x]': data.eval_splits: 'val/x' is not a split folder name: "
+                  "each entry names one folder under data.root (letters, digits, _ . -, no '/'), logged as "
+                  "eval_NAME/... ."),
+    Case("the train split as an eval split", args=[*VALIDATE, "data.eval_splits=[train]"],
+         expected="command line 'data.eval_splits=[train]': data.eval_splits: 'train' is the train split "
+                  "(data.train_split); an eval split holds images the model does not train on."),
+    Case("eval split folder that is not there", args=[*LAUNCH, "data.eval_splits=[val_320]"], setup=train_and_val,
+         expected=f"command line 'data.eval_splits=[val_320]': data.eval_splits: data/val_320: no such folder; data "
+                  f"holds: train, val. {LAYOUT}"),
+    Case("eval split with a class the train split lacks", args=[*LAUNCH, "data.eval_splits=[val_b]"],
+         setup=val_and_a_second_val_with_another_class,
+         expected="command line 'data.eval_splits=[val_b]': data.eval_splits: data/val_b holds 1 class folder(s) "
+                  "that the train split data/train lacks: 'c2'. Labels are numbered by the train split's class "
+                  "folders (2: c0, c1), so these images would have no label; add the class to the train split (and "
+                  "to model.num_classes), or move it out of data/val_b."),
+    Case("eval pipeline reading its own folder", args=[*VALIDATE, "data.eval_splits=[val_b]",
+                                                       "pipelines.eval.params.data_root=/elsewhere"],
+         expected="command line 'data.eval_splits=[val_b]': data.eval_splits: the eval pipeline reads a folder of its "
+                  "own (pipelines.eval.params.data_root is set, or it declares no data_root parameter), so it cannot "
+                  "read the splits data.eval_splits names; leave data_root unset so that runner binds it to each "
+                  "split."),
+]
+
+
+@pytest.mark.parametrize("case", EVAL_SPLIT_CASES, ids=[c.id for c in EVAL_SPLIT_CASES])
+def test_bad_eval_split(case: Case, project, capsys, monkeypatch):
     test_bad_input(case, project, capsys, monkeypatch)

@@ -147,6 +147,9 @@ class DataConfig:
     root: str | None = None                     # ImageFolder root holding the two splits
     train_split: str = "train"
     eval_split: str = "val"
+    # more eval sets: folders under data.root, each evaluated like eval_split at every evaluation and logged
+    # as eval_NAME/... (eval_split keeps eval/...), e.g. [val_320]
+    eval_splits: list[str] = field(default_factory=list)
     batch_size: int = bounded(256, ge=1)        # per process
     eval_batch_size: int | None = bounded(None, ge=1)
     num_threads: int | Literal["auto"] = bounded("auto", ge=1)  # DALI CPU threads per process

@@ -201,3 +201,10 @@ def open_store_run(uri: str, run_id: str) -> StoredRun:
 
     return StoredRun(run_id=run_id, status=run.info.status, params=dict(run.data.params),
                      tags=dict(run.data.tags), metrics=history, artifacts=tuple(sorted(files(None))))
+
+
+@_answering
+def run_page(uri: str, run_id: str) -> str:
+    """The MLflow UI's address of a run, relative to the UI's root: `#/experiments/ID/runs/RUN_ID`."""
+    run = client(uri).get_run(run_id)
+    return f"#/experiments/{run.info.experiment_id}/runs/{run_id}"

@@ -87,6 +87,7 @@ def mlflow_client(uri: str) -> Any:
     store_env(uri)
     # runner's own summary says where the run is; MLflow would also print "View run" links on stdout
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # reading an artifact back draws a bar
     from mlflow import MlflowClient
     return MlflowClient(tracking_uri=uri)
 
