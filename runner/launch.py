@@ -137,37 +137,66 @@ def run_torchrun(args: list[str], processes: int) -> int:
     return 0
 
 
-def run_params(v, world: int) -> dict[str, str]:
+def split_fingerprints(v) -> dict[str, tuple[Path, dict]]:
+    """role -> (split folder, fingerprint) of the folders the run's readers read (none when synthetic)."""
+    from runner.data.scan import fingerprint
+    from runner.loaders.dali_plan import reader_suffixes
+
+    if v.config.data.loader == "synthetic":
+        return {}
+    found = {}
+    for role in ("train", "eval"):
+        folder = split_dir(v.config.data, role)
+        if folder.is_dir():
+            found[role] = (folder, fingerprint(folder, reader_suffixes(v.graphs.get(role))))
+    return found
+
+
+def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None = None) -> dict[str, str]:
     """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
     from runner import runinfo
     from runner.accumulate import check_accumulation
     from runner.data import manifest
-    from runner.data.scan import fingerprint
-    from runner.loaders.dali_plan import reader_suffixes
     from runner.tracking import flatten
 
     accumulation = check_accumulation(v.loaded, world)
     extra = {"trainer.accumulation": accumulation, **runinfo.seeds(v.config, world * accumulation)}  # seeds per slot
     if v.labels is not None:
         extra["data.num_classes"] = len(v.labels)
-    if v.config.data.loader != "synthetic":
-        for role in ("train", "eval"):
-            folder = split_dir(v.config.data, role)
-            if folder.is_dir():
-                fp = fingerprint(folder, reader_suffixes(v.graphs.get(role)))
-                extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
-                extra.update(manifest.run_params(role, folder))  # a cache says what it was made from, and how
+    for role, (folder, fp) in (split_fingerprints(v) if fingerprints is None else fingerprints).items():
+        extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
+        extra.update(manifest.run_params(role, folder))  # a cache says what it was made from, and how
     return {**flatten(v.loaded.resolved), **flatten(extra)}
 
 
-def log_run_inputs(v, tracker, world: int) -> None:
-    """Tags, the resolved YAML and the compiled pipelines: what a re-run on another machine needs."""
+def split_inputs(v, fingerprints: dict[str, tuple[Path, dict]]) -> list:
+    """The splits the run reads as MLflow dataset inputs: "training", and "eval" when it evaluates."""
+    from runner.tracking import data_input
+
+    evaluates = v.config.trainer.eval_every_n_epochs and not (
+        v.config.pipelines.eval is None and v.config.data.loader == "dali")
+    inputs = []
+    for role, (folder, fp) in fingerprints.items():
+        if role == "eval" and not evaluates:
+            continue
+        folder = folder.resolve()
+        inputs.append(data_input(name=f"{folder.parent.name}/{folder.name}", sha256=fp["sha256"], source=str(folder),
+                                 context="training" if role == "train" else "eval",
+                                 profile=dict(fp)))
+    return inputs
+
+
+def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, dict]]) -> None:
+    """Tags, the data splits, the resolved YAML and the compiled pipelines: what a re-run on another machine
+    needs."""
     from omegaconf import OmegaConf
 
     from runner import runinfo
     from runner.loaders.dali_plan import compiled_source
 
     tracker.set_tags(runinfo.run_tags(v, world))
+    for data in split_inputs(v, fingerprints):
+        tracker.log_input(data)
     tracker.log_text(OmegaConf.to_yaml(v.loaded.resolved), "experiment.yaml")
     if v.labels is not None:
         tracker.log_text(v.labels.to_json(), LABEL_MAP_ARTIFACT)
@@ -201,10 +230,11 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
         tracker = create_tracker(v.config.tracking, rank=d.rank, resume_run_id=run_id,
                                  at=v.loaded.at("tracking.uri"))
         if d.main:
-            params = {**run_params(v, d.world), **(init.params if init else {})}
+            fingerprints = split_fingerprints(v)
+            params = {**run_params(v, d.world, fingerprints), **(init.params if init else {})}
             run_id = tracker.start(params) or run_id or uuid.uuid4().hex
             if not state:
-                log_run_inputs(v, tracker, d.world)
+                log_run_inputs(v, tracker, d.world, fingerprints)
         run_id = dist.broadcast_object(run_id, d)
         result = train(v, d, tracker, run_id=run_id, resume=state, init=init)
         if d.main:

@@ -14,6 +14,24 @@ from runner.tracking.uri import resolve_tracking_uri
 
 
 @dataclass(frozen=True)
+class DataInput:
+    """One data split a run reads, as MLflow's run page and compare view list it (mlflow.log_input).
+
+    digest: the split's fingerprint (runner.data.scan.fingerprint's sha256, cut to the 36 characters
+    MLflow keeps), so runs on the same files share it; profile: the fingerprint's counts.
+    """
+    name: str
+    digest: str
+    source: str    # the split folder, absolute
+    context: str   # "training" or "eval"
+    profile: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest, "source": self.source, "context": self.context,
+                "profile": dict(self.profile)}
+
+
+@dataclass(frozen=True)
 class FinishResult:
     """How a run ended: delivered to the store, or kept in an offline bundle to sync later."""
     run_id: str | None
@@ -42,6 +60,7 @@ class Tracker(Protocol):
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
     def log_text(self, text: str, file_name: str) -> None: ...
     def delete_artifact(self, artifact_path: str) -> None: ...
+    def log_input(self, data: DataInput) -> None: ...
     def set_tags(self, tags: Mapping[str, Any]) -> None: ...
     def finish(self, status: str = "FINISHED", timeout_s: float = 30.0) -> FinishResult: ...
 
@@ -63,6 +82,9 @@ class NullTracker:
         pass
 
     def delete_artifact(self, artifact_path: str) -> None:
+        pass
+
+    def log_input(self, data: DataInput) -> None:
         pass
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runner.errors import RunnerError
-from runner.tracking.base import FinishResult, shown_path, sync_command
+from runner.tracking.base import DataInput, FinishResult, shown_path, sync_command
 from runner.tracking.uri import (
     BATCH_METRICS,
     BATCH_PARAMS,
@@ -90,6 +90,7 @@ class MlflowTracker:
         self._params: dict[str, str] = {}
         self._metrics: deque[tuple[str, float, int, int]] = deque()
         self._artifacts: deque[tuple[Path, str | None]] = deque()
+        self._inputs: deque[DataInput] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = self._abandon = self._terminated = self._down = False
@@ -183,6 +184,11 @@ class MlflowTracker:
                     shutil.rmtree(path.parent, ignore_errors=True)
                     return
             self._artifacts.append((None, artifact_path))
+
+    def log_input(self, data: DataInput) -> None:
+        """Queue a data split as one of the run's dataset inputs."""
+        with self._lock:
+            self._inputs.append(data)
 
     def _spool(self, name: str) -> Path:
         """A fresh path for a queued artifact's copy (its own directory, so names never clash)."""
@@ -299,6 +305,7 @@ class MlflowTracker:
             self._deliver([self._ent.Param(k, v) for k, v in params] + [self._ent.RunTag(k, v) for k, v in tags]
                           + [self._ent.Metric(*m) for m in metrics])
             self._commit(params, tags, len(metrics))
+        self._flush_inputs()
         while self._artifacts and not self._abandon:
             path, artifact_path = self._artifacts[0]
             try:
@@ -316,10 +323,28 @@ class MlflowTracker:
                 self._artifacts.popleft()
             shutil.rmtree(path.parent, ignore_errors=True)
         with self._lock:
-            done = self._closing and not (self._metrics or self._params or self._tags or self._artifacts)
+            done = self._closing and not (self._metrics or self._params or self._tags or self._artifacts
+                                          or self._inputs)
         if done and not self._abandon:
             self._call(self.mlflow_client.set_terminated, self._remote_id, self._status, self._end_ms)
             self._terminated = True
+
+    def _flush_inputs(self) -> None:
+        from runner.tracking.datasets import mlflow_dataset_input
+        with self._lock:
+            inputs = list(self._inputs)
+        if not inputs or self._abandon:
+            return
+        try:
+            self._call(self.mlflow_client.log_inputs, self._remote_id,
+                       datasets=[mlflow_dataset_input(x) for x in inputs])
+        except _Outage:
+            raise
+        except Exception as e:
+            self._drop(len(inputs), e)
+        with self._lock:
+            for _ in inputs:
+                self._inputs.popleft()
 
     @property
     def _ent(self) -> Any:
@@ -386,12 +411,14 @@ class MlflowTracker:
         with self._lock:
             params, tags = dict(self._params), dict(self._tags)
             metrics, artifacts = list(self._metrics), list(self._artifacts)
+            inputs = [x.to_json() for x in self._inputs]
         bundle = _free_path(self._offline_dir / str(self.run_id))
         (bundle / "artifacts").mkdir(parents=True)
         meta = {"format": 1, "run_id": self._remote_id if self._opened or self._resume else None,
                 "local_run_id": self.run_id, "uri": self.uri, "experiment": self.experiment,
                 "run_name": self.run_name, "start_time": self._start_ms, "end_time": self._end_ms,
-                "status": self._status, "params": params, "tags": tags, "metrics": len(metrics)}
+                "status": self._status, "params": params, "tags": tags, "metrics": len(metrics),
+                "inputs": inputs}
         meta["deleted_artifacts"] = [folder for path, folder in artifacts if path is None]
         (bundle / "run.json").write_text(json.dumps(meta, indent=1))
         with open(bundle / "metrics.jsonl", "w") as f:

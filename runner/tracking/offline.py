@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.tracking.datasets import data_input_from_json, mlflow_dataset_input
 from runner.tracking.mlflow_tracker import delete_run_artifact, ensure_experiment, now_ms, short_reason
 from runner.tracking.uri import BATCH_METRICS, BATCH_PARAMS, OFFLINE_DIR, SYNCED_MARKER, mlflow_client
 
@@ -65,6 +66,9 @@ def _replay(client: Any, bundle: Bundle, uri: str) -> str:
         client.log_batch(run_id, params=chunk, synchronous=True)
     for chunk in _chunks([RunTag(k, v) for k, v in meta["tags"].items()], BATCH_PARAMS):
         client.log_batch(run_id, tags=chunk, synchronous=True)
+    inputs = [data_input_from_json(d) for d in meta.get("inputs", [])]
+    if inputs:
+        client.log_inputs(run_id, datasets=[mlflow_dataset_input(x) for x in inputs])
     with open(bundle.path / "metrics.jsonl") as f:
         metrics = [Metric(*json.loads(line)) for line in f if line.strip()]
     for chunk in _chunks(metrics, BATCH_METRICS):

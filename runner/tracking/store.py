@@ -208,3 +208,26 @@ def run_page(uri: str, run_id: str) -> str:
     """The MLflow UI's address of a run, relative to the UI's root: `#/experiments/ID/runs/RUN_ID`."""
     run = client(uri).get_run(run_id)
     return f"#/experiments/{run.info.experiment_id}/runs/{run_id}"
+
+
+@_answering
+def landing_experiment(uri: str, name: str | None = None) -> str | None:
+    """The id of experiment `name`, else of the experiment with the newest run; None for a local store that
+    does not exist yet or holds no runs."""
+    local = _local_store_path(uri)
+    if local is not None and not local.exists() and name is None:
+        return None
+    c = client(uri)
+    experiments = c.search_experiments(max_results=1000)
+    if name is not None:
+        found = [e for e in experiments if e.name == name]
+        if not found:
+            from runner.errors import did_you_mean
+
+            names = [e.name for e in experiments]
+            raise RunnerError(f"no experiment '{name}' in {uri}.{did_you_mean(name, names)} "
+                              f"Experiments there: {list_names(names, 12) or 'none'}.", where="--experiment")
+        return found[0].experiment_id
+    newest = c.search_runs([e.experiment_id for e in experiments], max_results=1,
+                           order_by=["attributes.start_time DESC"]) if experiments else []
+    return newest[0].info.experiment_id if newest else None

@@ -77,9 +77,11 @@ def store_env(uri: str) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
-def server_command(uri: str, host: str, port: int) -> list[str]:
-    """argv serving the MLflow UI (and REST API) on a local store."""
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+def server_command(uri: str, host: str, port: int, workers: int = 1) -> list[str]:
+    """argv serving the MLflow UI (and REST API) on a local store. One worker serves one person's browser
+    (its requests run in a thread pool) and starts in a quarter of the time of MLflow's default four."""
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port),
+            "--workers", str(workers)]
 
 
 def mlflow_client(uri: str) -> Any:
