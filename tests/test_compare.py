@@ -15,18 +15,31 @@ from mlflow.entities import Metric, Param
 from tests.conftest import REPO, run_cli
 
 PLAIN, RANDAUG = "imagenet_train", "imagenet_train_randaugment"
+# the closing lines, as docs/comparing.md shows them
+LARGER = ("A leads B by 10.00 points of eval/top1 (72.00% vs 62.00%, n = 3 and 3): larger than the seed spread "
+          "(Welch's t-test p = 0.0078 < 0.05).")
+NOT_LARGER = ("A leads B by 1.00 points of eval/top1 (72.50% vs 71.50%, n = 2 and 2): not larger than the seed "
+              "spread (Welch's t-test p = 0.80 >= 0.05).")
+UNKNOWN = ("B leads A by 2.00 points of eval/top1 (72.00% vs 70.00%, n = 1 and 1); the seed spread is unknown with "
+           "1 run in B and A, so the lead is not tested: run each setting with several seeds (seed=0,1,2).")
+ONE_GROUP = ("all 2 runs are one group: there is no other group to compare with; --group-by KEY names the params "
+             "that tell groups apart.")
+NO_METRIC = "no finished run logged eval/top1: there is no lead to test."
+NO_RUNNER_UP = "only group A has finished runs that logged eval/top1: there is no runner-up to test its lead against."
 
 
-def log_run(client: MlflowClient, experiment_id: str, *, use: str, seed: int, top1: float, ips: float = 1000.0,
+def log_run(client: MlflowClient, experiment_id: str, *, use: str, seed: int, top1: float | None, ips: float = 1000.0,
             wait: float = 0.1, status: str = "FINISHED", lr: str = "0.1", ema: float | None = None,
             epochs: int = 3, steps: int = 6) -> str:
-    """One run as runner launch logs it: its params (seeds included) and metric histories ending at `top1`."""
+    """One run as runner launch logs it: its params (seeds included) and metric histories ending at `top1`
+    (None: no evaluation logged)."""
     name = f"seed={seed} use={use}"
     run = client.create_run(experiment_id, run_name=name)
     params = {"seed": seed, "seed.torch": seed, "seed.reader_shuffle": seed, "seed.dali_train": f"[{seed}]",
               "seed.dali_eval": f"[{seed + 17}]", "pipelines.train.use": use, "optimizer.lr": lr,
               "tracking.run_name": name, "model.name": "resnet18"}
-    metrics = [Metric("eval/top1", top1 - 0.1 * (epochs - e), 0, e) for e in range(1, epochs + 1)]
+    metrics = [] if top1 is None else [Metric("eval/top1", top1 - 0.1 * (epochs - e), 0, e)
+                                       for e in range(1, epochs + 1)]
     metrics += [Metric("train/loss", 2.0 - 0.2 * s + 0.05 * seed, 0, s) for s in range(1, steps + 1)]
     metrics += [Metric("loader/images_per_s", ips + 10 * s, 0, s) for s in range(1, steps + 1)]
     metrics += [Metric("epoch/images_per_s", ips, 0, epochs), Metric("epoch/data_wait_share", wait, 0, epochs)]
@@ -86,8 +99,7 @@ def test_groups_by_what_differs_except_seeds_and_prints_exact_spreads(store, cap
         ["data wait %", "A", "3", "12.0", "2.0", "10.0 – 14.0"],
         ["B", "3", "20.0", "0.0", "20.0 – 20.0"]]
     # scipy.stats.ttest_ind([.70, .72, .74], [.60, .61, .65], equal_var=False).pvalue = 0.0078004
-    assert ("A leads B by 10.00 points of eval/top1 (72.00% vs 62.00%, n = 3 and 3): larger than the seed "
-            "spread (Welch's t-test p = 0.0078 < 0.05).") in out
+    assert out.splitlines()[-2] == LARGER
     md = (Path("cmp") / "compare.md").read_text()
     assert f"- A = pipelines.train.use={PLAIN} (3 runs)" in md and "| eval top-1 % | A | 3 | 72.00 | 2.00 |" in md
     png = Path("cmp") / "compare.png"
@@ -105,8 +117,7 @@ def test_a_lead_within_the_seed_spread_is_not_called_larger(store, capsys):
 
     p = ttest_ind([0.70, 0.75], [0.69, 0.74], equal_var=False).pvalue
     assert f"{p:#.2g}" == "0.80"
-    assert ("A leads B by 1.00 points of eval/top1 (72.50% vs 71.50%, n = 2 and 2): not larger than the seed "
-            "spread (Welch's t-test p = 0.80 >= 0.05).") in out
+    assert out.splitlines()[-2] == NOT_LARGER
 
 
 def test_one_run_per_group_says_the_spread_is_unknown(store, capsys):
@@ -115,8 +126,7 @@ def test_one_run_per_group_says_the_spread_is_unknown(store, capsys):
     code, out, err = run_cli(["compare", *ids, "--uri", uri, "--out", "cmp"], capsys)
     assert code == 0, err
     assert ["eval top-1 %", "A", "1", "70.00", "-", "70.00 – 70.00"] in rows(out)
-    assert ("B leads A by 2.00 points of eval/top1 (72.00% vs 70.00%, n = 1 and 1); the seed spread is unknown "
-            "with 1 run in B and A, so the lead is not tested: run each setting with several seeds (seed=0,1,2).") in out
+    assert out.splitlines()[-2] == UNKNOWN
 
 
 def test_runs_that_differ_only_in_seed_are_one_group(store, capsys):
@@ -127,8 +137,7 @@ def test_runs_that_differ_only_in_seed_are_one_group(store, capsys):
     assert code == 0, err
     assert out.startswith("2 runs of aug in 1 group: only seeds differ\n  A = all runs (2 runs)\n")
     assert ["eval top-1 %", "A", "2", "71.00", "1.41", "70.00 – 72.00"] in rows(out)
-    assert ("all 2 runs are one group: there is no other group to compare with; --group-by KEY names the params "
-            "that tell groups apart.") in out
+    assert out.splitlines()[-2] == ONE_GROUP
 
 
 def test_group_by_names_the_groups_and_what_still_varies_in_them(store, capsys):
@@ -155,6 +164,48 @@ def test_group_by_names_the_groups_and_what_still_varies_in_them(store, capsys):
     assert ["C", "1", "90.00", "-", "90.00 – 90.00"] in rows(out)  # the KILLED run is not counted
     assert ("C leads A by 18.00 points of eval/top1 (90.00% vs 72.00%, n = 1 and 3); the seed spread is unknown "
             "with 1 run in C, so the lead is not tested") in out
+
+
+def test_without_a_runner_up_nothing_is_tested(store, capsys):
+    uri, client, exp = store
+    log_run(client, exp, use=PLAIN, seed=0, top1=0.7)
+    log_run(client, exp, use=RANDAUG, seed=0, top1=0.9, status="FAILED")
+    code, out, err = run_cli(["compare", "--experiment", "aug", "--out", "cmp"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[-2] == NO_RUNNER_UP and ["B", "0", "-", "-", "-"] in rows(out)
+    log_run(client, exp, use=PLAIN, seed=1, top1=None)
+    code, out, err = run_cli(["compare", "--experiment", "aug", "--out", "cmp", "--group-by", "seed"], capsys)
+    assert code == 0, err
+    assert "  also differ within groups: pipelines.train.use\n" in out
+    assert out.splitlines()[-2] == NO_RUNNER_UP  # group B (seed=1) logged no eval/top1
+    log_run(client, exp, use=PLAIN, seed=2, top1=None)
+    code, out, err = run_cli(["compare", "--experiment", "aug", "--out", "cmp", "--group-by", "model.name",
+                              "--limit", "2"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[-2] == ONE_GROUP
+    code, out, err = run_cli(["compare", "--experiment", "aug", "--out", "cmp", "--group-by", "seed",
+                              "--limit", "2"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[-2] == NO_METRIC
+
+
+def test_the_docs_show_the_closing_lines_the_code_prints():
+    text = (REPO / "docs" / "comparing.md").read_text()
+    block = text[text.index("## The closing line"):].split("```")[1]
+    assert block.strip().splitlines() == [LARGER, NOT_LARGER, UNKNOWN, ONE_GROUP, NO_METRIC, NO_RUNNER_UP]
+
+
+def test_documented_commands_parse():
+    from runner.cli import build_parser
+
+    blocks = (REPO / "docs" / "comparing.md").read_text().split("```")[1::2]
+    lines = [line.split("#")[0].split() for block in blocks for line in block.splitlines()
+             if line.startswith("runner ")]
+    assert len(lines) == 4
+    for words in lines:
+        args, extra = build_parser().parse_known_args(words[1:])
+        assert all("=" in e for e in extra), words
+    assert build_parser().parse_args(lines[-1][1:]).group_by == ["optimizer.lr", "data.batch_size"]
 
 
 def test_ema_rows_appear_when_runs_logged_them(store, capsys):

@@ -70,13 +70,13 @@ def show(runs: list, out: Path | None, group_by: list[str] | None = None) -> int
     """Print the legend, the runs, the groups' spreads and the closing line; write compare.png and
     compare.md to `out` (unless None). `group_by` None groups by every differing param except the seeds."""
     from runner.repro.compare import chart, group_table, lead_line, legend, load_compared, markdown, run_table
-    from runner.repro.groups import grouping_keys, group_runs, varying_within
+    from runner.repro.groups import group_runs, grouping_keys, varying_within
 
     keys = grouping_keys(runs, group_by)
     compared = load_compared(runs)
     groups = group_runs(compared, keys)
     title = heading(runs, keys, len(groups))
-    notes = [*legend(groups)]
+    notes = legend(groups)
     varying = varying_within(groups, keys)
     if varying:
         notes.append(f"also differ within groups: {', '.join(varying)}")

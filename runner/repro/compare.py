@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.repro.groups import IDENTITY_PARAMS, SEED_PARAMS, Group, differing_params  # noqa: F401 - re-exported
+from runner.repro.groups import Group, differing_params
 from runner.repro.stats import SIGNIFICANT, Spread, p_text, spread, welch_p
 from runner.tracking.store import RunRecord, metric_history
 
