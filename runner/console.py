@@ -1,14 +1,15 @@
 """The terminal: one rich console for output, one for errors, and the few shapes we print."""
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-# logs and pipes get wide tables instead of rich's 80 columns
-_WIDTH = None if sys.stdout.isatty() else 150
+# logs and pipes get wide tables instead of rich's 80 columns, unless $COLUMNS says how wide (rich reads it)
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 150
 out = Console(soft_wrap=True, highlight=False, width=_WIDTH)
 err = Console(stderr=True, soft_wrap=True, highlight=False, width=_WIDTH)
 

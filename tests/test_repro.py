@@ -193,11 +193,14 @@ def test_compare_shows_exactly_the_changed_params_and_draws_curves(origin, elsew
     assert differing_params([get_run(origin.uri, i) for i in ids]) == ["optimizer.lr", "trainer.max_steps"]
     code, out, err = run_cli(["compare", *ids, "--uri", origin.uri, "--out", "cmp"], capsys)
     assert code == 0, err
-    assert "2 runs of tiny: 2 params differ" in out
-    header = next(line for line in out.splitlines() if "optimizer.lr" in line)
-    assert "trainer.max_steps" in header and "eval top-1" in header and "img/s (last epoch)" in header
-    row = next(line for line in out.splitlines() if changed.info.run_id[:8] in line and "0.05" in line)
-    assert "FINISHED" in row and " 3 " in row
+    assert out.startswith("2 runs of tiny in 2 groups, by optimizer.lr, trainer.max_steps\n"
+                          "  A = optimizer.lr=0.02 trainer.max_steps=None (1 run)\n"
+                          "  B = optimizer.lr=0.05 trainer.max_steps=3 (1 run)\n"), out
+    header = next(line for line in out.splitlines() if line.startswith("group "))
+    assert header.split()[:5] == ["group", "id", "status", "time", "top-1"] and "img/s" in header
+    row = next(line for line in out.splitlines() if changed.info.run_id[:8] in line)
+    assert row.startswith("B ") and "FINISHED" in row
+    assert "the seed spread is unknown with 1 run in" in out
     png = elsewhere / "cmp" / "compare.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     assert changed.info.run_id[:8] in (elsewhere / "cmp" / "compare.md").read_text()
@@ -224,10 +227,10 @@ def test_sweep_runs_each_combination_under_one_parent(tiny, project, capsys):
     assert [c.info.run_name for c in children] == ["lr=0.01", "lr=0.02"]
     assert [c.data.params["optimizer.lr"] for c in children] == ["0.01", "0.02"]
     assert all(c.data.params["trainer.max_steps"] == "2" and c.info.status == "FINISHED" for c in children)
-    assert "2 runs of tiny: 1 param differs" in out  # the summary, compare's table of the children
+    assert "2 runs of tiny in 2 groups, by optimizer.lr\n" in out  # the summary, compare's groups of the children
     code, out, err = run_cli(["compare", "--parent", parent.info.run_id, "--out", "cmp"], capsys)
     assert code == 0, err
-    assert "2 runs of tiny: 1 param differs" in out and "lr=0.01" in out and "lr=0.02" in out
+    assert "2 runs of tiny in 2 groups, by optimizer.lr\n" in out and "lr=0.01" in out and "lr=0.02" in out
     code, out, err = run_cli(["compare", "--experiment", "tiny", "--out", "cmp"], capsys)
     assert code == 0 and "2 runs of tiny" in out  # the parent trains nothing: left out
 

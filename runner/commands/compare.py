@@ -1,9 +1,14 @@
-"""`runner compare`: tracked runs side by side, the params that differ, results, and a chart of their curves."""
+"""`runner compare`: tracked runs in groups (the params that tell them apart), each group's spread over its seeds,
+whether the best group's lead exceeds it, and a chart of the groups' mean curves."""
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
+from rich import box
 from rich.markup import escape
+from rich.table import Table
 
 from runner import console
 from runner.errors import RunnerError
@@ -12,14 +17,26 @@ PARENT_TAGS = ("runner.sweep", "runner.bench")  # parents group children; they t
 
 
 def register(sub) -> None:
-    p = sub.add_parser("compare", help="tracked runs side by side: differing params, results, curves (PNG)")
+    p = sub.add_parser("compare", help="tracked runs in groups: n, mean +- std, min-max, whether the lead exceeds "
+                                       "the seed spread, mean curves (PNG)")
     p.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="runs to compare (a unique start of an id will do)")
     p.add_argument("--experiment", metavar="NAME", help="compare the runs of this MLflow experiment instead")
     p.add_argument("--parent", metavar="RUN_ID", help="compare the children of this run (a runner sweep) instead")
+    p.add_argument("--group-by", metavar="KEY[,KEY]", type=group_keys,
+                   help="params whose values define the groups (default: every param that differs, except the "
+                        "seeds, so the runs of a group are repeats with other seeds)")
     p.add_argument("--limit", type=int, default=20, help="with --experiment: the newest N runs (default 20)")
     p.add_argument("--uri", help="tracking store (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
     p.add_argument("--out", default="compare-out", help="folder for compare.png and compare.md (default ./compare-out)")
     p.set_defaults(handler=run)
+
+
+def group_keys(text: str) -> list[str]:
+    keys = [k.strip() for k in text.split(",")]
+    if not all(keys):
+        raise argparse.ArgumentTypeError(f"'{text}' has an empty key; write KEY or KEY,KEY (e.g. "
+                                         "pipelines.train.use,optimizer.lr)")
+    return keys
 
 
 def run(args) -> int:
@@ -27,7 +44,7 @@ def run(args) -> int:
 
     uri = store_uri(args.uri)
     runs = select_runs(args, uri)
-    return show(runs, Path(args.out))
+    return show(runs, Path(args.out), group_by=args.group_by)
 
 
 def select_runs(args, uri: str) -> list:
@@ -49,22 +66,71 @@ def select_runs(args, uri: str) -> list:
     return runs
 
 
-def show(runs: list, out: Path | None) -> int:
-    """Print the table; write compare.png and compare.md to `out` (unless None)."""
-    from runner.repro.compare import chart, differing_params, load_compared, markdown, table
+def show(runs: list, out: Path | None, group_by: list[str] | None = None) -> int:
+    """Print the legend, the runs, the groups' spreads and the closing line; write compare.png and
+    compare.md to `out` (unless None). `group_by` None groups by every differing param except the seeds."""
+    from runner.repro.compare import chart, group_table, lead_line, legend, load_compared, markdown, run_table
+    from runner.repro.groups import group_runs, grouping_keys, varying_within
 
+    keys = grouping_keys(runs, group_by)
     compared = load_compared(runs)
-    columns, rows = table(compared)
-    experiments = sorted({r.experiment for r in runs})
-    title = f"{len(runs)} run{'s' if len(runs) > 1 else ''} of {', '.join(experiments)}"
-    params = len(differing_params(runs))
-    note = f"{params} param{'s' if params != 1 else ''} differ{'s' if params == 1 else ''}" if params \
-        else "no params differ"
-    console.out.print(console.table(escape(f"{title}: {note}"), [escape(c) for c in columns],
-                                    [[escape(cell) for cell in r] for r in rows], justify_numbers=False))
+    groups = group_runs(compared, keys)
+    title = heading(runs, keys, len(groups))
+    notes = legend(groups)
+    varying = varying_within(groups, keys)
+    if varying:
+        notes.append(f"also differ within groups: {', '.join(varying)}")
+    unfinished = [c.run for c in compared if c.run.status != "FINISHED"]
+    if unfinished:
+        notes.append("left out of the statistics (not FINISHED): "
+                     + ", ".join(f"{r.short} ({r.status})" for r in unfinished))
+    run_columns, run_rows = run_table(groups)
+    group_columns, group_rows, ends = group_table(groups)
+    closing = lead_line(groups, "the spread within groups" if varying else "the seed spread")
+    console.out.print(escape(title))
+    for line in notes:
+        console.out.print(f"  {escape(line)}")
+    console.out.print(_fitting(run_columns, run_rows, numbers=range(run_columns.index("time") + 1, len(run_columns) - 1)))
+    console.out.print()
+    console.out.print(_table(group_columns, group_rows, numbers=range(2, len(group_columns)), ends=ends))
+    console.out.print()
+    console.out.print(escape(closing))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        chart(compared, out / "compare.png", title)
-        (out / "compare.md").write_text(f"{title}\n\n" + markdown(columns, rows))
+        chart(groups, out / "compare.png", title)
+        (out / "compare.md").write_text("\n".join([title, "", *(f"- {n}" for n in notes), "",
+                                                    markdown(run_columns, run_rows), markdown(group_columns, group_rows),
+                                                    closing, ""]))
         console.out.print(f"wrote {out}/compare.png and {out}/compare.md")
     return 0
+
+
+def heading(runs: list, keys: list[str], groups: int) -> str:
+    """'6 runs of tiny in 2 groups, by pipelines.train.use' (or ': only seeds differ', ': no params differ')."""
+    from runner.repro.groups import SEED_PARAMS, differing_params
+
+    experiments = ", ".join(sorted({r.experiment for r in runs}))
+    head = f"{len(runs)} run{'s' if len(runs) != 1 else ''} of {experiments} in {groups} group{'s' if groups != 1 else ''}"
+    if keys:
+        return f"{head}, by {', '.join(keys)}"
+    differ = set(differing_params(runs))
+    return f"{head}: " + ("no params differ" if not differ else "only seeds differ" if differ <= SEED_PARAMS
+                          else "not grouped")
+
+
+def _table(columns: list[str], rows: list[list[str]], *, numbers: range, ends: Sequence[int] = (),
+           upto: int | None = None) -> Table:
+    """A compact table whose cells fold rather than end in '…'; columns from `upto` on are left out."""
+    t = Table(box=box.HORIZONTALS, show_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+    for i, c in enumerate(columns[:upto]):
+        t.add_column(escape(c), justify="right" if i in numbers else "left", overflow="fold")
+    for i, r in enumerate(rows):
+        t.add_row(*(escape(cell) for cell in r[:upto]), end_section=i in ends and i != len(rows) - 1)
+    return t
+
+
+def _fitting(columns: list[str], rows: list[list[str]], *, numbers: range) -> Table:
+    """The table of runs, without its last column (the run names) when it would not fit the terminal."""
+    t = _table(columns, rows, numbers=numbers)
+    natural = console.out.measure(t, options=console.out.options.update_width(10_000)).maximum
+    return t if natural <= console.out.width else _table(columns, rows, numbers=numbers, upto=-1)

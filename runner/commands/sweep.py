@@ -65,7 +65,7 @@ def run_children(path: str, plain: list[str], children, v, short: bool) -> int:
     failed = [c.index for c, code in zip(children, codes) if code != 0]
     if parent is not None:
         parent.finish("KILLED" if interrupted else "FAILED" if failed else "FINISHED")
-        _summary(parent.uri, parent_id)
+        _summary(parent.uri, parent_id, [k for k, _ in children[0].values])
     if interrupted:
         console.error(f"sweep stopped after run {len(codes)} of {len(children)}.")
         return codes[-1]
@@ -94,7 +94,9 @@ def _open_parent_run(v, path: str, plain: list[str], children):
     return tracker
 
 
-def _summary(uri: str, parent_id: str) -> None:
+def _summary(uri: str, parent_id: str, swept: list[str]) -> None:
+    """compare's grouped table of the children, grouped by the swept keys other than the seed (the groups
+    compare would make by itself, unless a key is written otherwise than its param, e.g. in brackets)."""
     from runner.commands.compare import show
     from runner.errors import RunnerError
     from runner.tracking.store import find_runs
@@ -104,5 +106,9 @@ def _summary(uri: str, parent_id: str) -> None:
     except RunnerError:
         return
     if runs:
-        show(runs, None)
-        console.out.print(f"chart and table: runner compare --parent {parent_id} --uri {uri}")
+        group_by = [k for k in swept if k != "seed"]
+        if not set(group_by) <= {k for r in runs for k in r.params}:  # a key written unlike its param name
+            group_by = None
+        show(runs, None, group_by=group_by)
+        flag = f" --group-by {','.join(group_by)}" if group_by else ""
+        console.out.print(f"chart and table: runner compare --parent {parent_id}{flag} --uri {uri}")

@@ -1,28 +1,45 @@
-"""Runs side by side: the params that differ between them, the numbers that matter, and their curves."""
+"""Runs side by side in groups: what tells the groups apart, each group's spread over its seeds, whether
+the best group's lead exceeds that spread, and the groups' mean curves."""
 from __future__ import annotations
 
+import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.console import percent
-from runner.repro.snapshot import IDENTITY_TAGS
+from runner.repro.groups import Group, differing_params
+from runner.repro.stats import SIGNIFICANT, Spread, p_text, spread, welch_p
 from runner.tracking.store import RunRecord, metric_history
 
-# params that say which run it is and where it was logged (its name, store, parent, what it reproduces),
-# not how it trains; `runner reproduce` logs to the original's store, so its tracking.uri may be set
-IDENTITY_PARAMS = frozenset({"tracking.run_name", "tracking.uri", *(f"tracking.tags.{t}" for t in IDENTITY_TAGS)})
 # (metric, x axis label, y axis label, scale): one panel of the chart each
 CURVES = (("train/loss", "step", "train loss", 1.0), ("eval/top1", "epoch", "eval top-1 (%)", 100.0),
           ("loader/images_per_s", "step", "loader images/s", 1.0))
-LAST = ("eval/top1", "epoch/images_per_s", "epoch/data_wait_share", "epoch/gpu_util_pct")
-MAX_VALUE = 40  # characters of a param value in the table
+LEAD_METRIC = "eval/top1"  # the closing line ranks groups by its mean and tests the lead on it
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    title: str
+    short: str         # its column header in the table of runs
+    scale: float       # stored value x scale = printed value
+    decimals: int
+    always: bool       # a row even when no run logged it (it says "-")
+
+
+GROUP_METRICS = (Metric("eval/top1", "eval top-1 %", "top-1 %", 100, 2, True),
+                 Metric("eval_ema/top1", "EMA eval top-1 %", "EMA top-1 %", 100, 2, False),
+                 Metric("epoch/images_per_s", "images/s", "img/s", 1, 0, True),
+                 Metric("epoch/data_wait_share", "data wait %", "wait %", 100, 1, True),
+                 Metric("epoch/gpu_util_pct", "GPU util %", "GPU %", 1, 1, False))
+LAST = tuple(m.key for m in GROUP_METRICS)
 
 
 @dataclass(frozen=True)
 class Compared:
     run: RunRecord
-    label: str                                        # the legend entry: run name, with its id when repeated
+    label: str                                        # the run's name, with its id when repeated
     last: dict[str, float]                            # LAST metric -> its last value
     curves: dict[str, list[tuple[int, float]]]        # CURVES metric -> (step, value)
 
@@ -40,23 +57,6 @@ def load_compared(runs: list[RunRecord]) -> list[Compared]:
     return out
 
 
-def differing_params(runs: list[RunRecord]) -> list[str]:
-    """Param keys whose values are not the same in every run (a missing key counts as a value).
-
-    An empty mapping is logged as "{}" (tracking.flatten), and a filled one as its keys: "{}" is
-    the same as no keys at all, so it is not a difference by itself.
-    """
-    params = [{k: v for k, v in r.params.items() if v != "{}"} for r in runs]
-    keys = sorted({k for p in params for k in p} - IDENTITY_PARAMS)
-    return [k for k in keys if len({p.get(k) for p in params}) > 1]
-
-
-def _cut(text: str | None) -> str:
-    if text is None:
-        return "-"
-    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…"
-
-
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -66,20 +66,82 @@ def duration(seconds: float | None) -> str:
     return f"{minutes} min {secs} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
-def table(compared: list[Compared]) -> tuple[list[str], list[list[str]]]:
-    """Columns and rows: one row per run; the differing params, then status, time and results."""
-    params = differing_params([c.run for c in compared])
-    columns = ["run", "id", *params, "status", "duration", "eval top-1", "img/s (last epoch)", "data wait",
-               "GPU util"]
+def shown_metrics(groups: Sequence[Group]) -> list[Metric]:
+    logged = {k for g in groups for c in g.members for k in c.last}
+    return [m for m in GROUP_METRICS if m.always or m.key in logged]
+
+
+def legend(groups: Sequence[Group]) -> list[str]:
+    """'A = pipelines.train.use=imagenet_train (3 runs)': the full values each group's key stands for."""
+    return [f"{g.name} = {g.label} ({len(g.members)} run{'s' if len(g.members) != 1 else ''})" for g in groups]
+
+
+def _number(value: float, m: Metric) -> str:
+    return f"{value * m.scale:,.{m.decimals}f}"
+
+
+def group_table(groups: Sequence[Group]) -> tuple[list[str], list[list[str]], list[int]]:
+    """Columns, rows and the row indexes that end a section: per metric, one row per group with n, mean,
+    std and min - max of the metric's last value over the group's finished runs."""
+    columns = ["metric", "group", "n", "mean", "std", "min – max"]
+    rows: list[list[str]] = []
+    ends: list[int] = []
+    for m in shown_metrics(groups):
+        for i, g in enumerate(groups):
+            s: Spread | None = spread(g.finals(m.key))
+            cells = ["0", "-", "-", "-"] if s is None else [
+                str(s.n), _number(s.mean, m), "-" if s.std is None else _number(s.std, m),
+                f"{_number(s.low, m)} – {_number(s.high, m)}"]
+            rows.append([m.title if i == 0 else "", g.name, *cells])
+        ends.append(len(rows) - 1)
+    return columns, rows, ends
+
+
+def run_table(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:
+    """One row per run, by group: id, seed, status, time, final numbers, and its name last."""
+    runs = [c.run for g in groups for c in g.members]
+    seeds = "seed" in differing_params(runs)
+    metrics = shown_metrics(groups)
+    columns = ["group", "id", *(["seed"] if seeds else []), "status", "time", *(m.short for m in metrics), "run"]
     rows = []
-    for c in compared:
-        util = c.last.get("epoch/gpu_util_pct")
-        ips = c.last.get("epoch/images_per_s")
-        rows.append([c.label, c.run.short, *(_cut(c.run.params.get(k)) for k in params), c.run.status,
-                     duration(c.run.duration_s), percent(c.last.get("eval/top1")),
-                     "-" if ips is None else f"{ips:,.0f}", percent(c.last.get("epoch/data_wait_share")),
-                     "-" if util is None else f"{util:.0f}%"])
+    for g in groups:
+        for c in g.members:
+            rows.append([g.name, c.run.short, *([c.run.params.get("seed", "-")] if seeds else []), c.run.status,
+                         duration(c.run.duration_s),
+                         *("-" if m.key not in c.last else _number(c.last[m.key], m) for m in metrics), c.label])
     return columns, rows
+
+
+def lead_line(groups: Sequence[Group], spread_name: str = "the seed spread", metric: str = LEAD_METRIC) -> str:
+    """The closing line: does the best group's lead over the runner-up exceed the seed spread?
+
+    Groups are ranked by the mean of `metric` over their finished runs; the lead is tested with Welch's
+    two-sample t-test on those runs' values when both groups have two or more of them.
+    """
+    if len(groups) < 2:
+        return (f"all {len(groups[0].members) if groups else 0} runs are one group: there is no other group to "
+                "compare with; --group-by KEY names the params that tell groups apart.")
+    ranked = sorted((g for g in groups if g.finals(metric)), key=lambda g: -statistics.fmean(g.finals(metric)))
+    if not ranked:
+        return f"no finished run logged {metric}: there is no lead to test."
+    if len(ranked) < 2:
+        return (f"only group {ranked[0].name} has finished runs that logged {metric}: there is no runner-up "
+                "to test its lead against.")
+    best, second = ranked[:2]
+    a, b = best.finals(metric), second.finals(metric)
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    counts = f"n = {len(a)} and {len(b)}"
+    head = (f"{best.name} and {second.name} tie on {metric} ({100 * ma:.2f}%, {counts})" if ma == mb else
+            f"{best.name} leads {second.name} by {100 * (ma - mb):.2f} points of {metric} "
+            f"({100 * ma:.2f}% vs {100 * mb:.2f}%, {counts})")
+    alone = [g.name for g, values in ((best, a), (second, b)) if len(values) < 2]
+    if alone:
+        return (f"{head}; {spread_name} is unknown with 1 run in {' and '.join(alone)}, so the lead is not "
+                "tested: run each setting with several seeds (seed=0,1,2).")
+    p = welch_p(a, b)
+    if p < SIGNIFICANT:
+        return f"{head}: larger than {spread_name} (Welch's t-test {p_text(p)} < {SIGNIFICANT})."
+    return f"{head}: not larger than {spread_name} (Welch's t-test {p_text(p)} >= {SIGNIFICANT})."
 
 
 def markdown(columns: list[str], rows: list[list[str]]) -> str:
@@ -88,39 +150,68 @@ def markdown(columns: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def chart(compared: list[Compared], path: Path, title: str) -> Path:
-    """Three panels (train loss by step, eval top-1 by epoch, loader images/s by step), one line per run."""
+def mean_curve(members: Sequence[Compared], metric: str) -> list[tuple[int, float, float, float]]:
+    """(x, mean, min, max) over the members that logged a value at x."""
+    at: dict[int, list[float]] = {}
+    for c in members:
+        for x, y in c.curves.get(metric) or []:
+            at.setdefault(x, []).append(y)
+    return [(x, statistics.fmean(ys), min(ys), max(ys)) for x, ys in sorted(at.items())]
+
+
+def chart(groups: Sequence[Group], path: Path, title: str) -> Path:
+    """Three panels (train loss by step, eval top-1 by epoch, loader images/s by step): per group its mean
+    curve and, where it has more than one run, a band from the min to the max of its runs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(5.2 * len(CURVES), 4.2))
+    labels = legend(groups)
+    columns = 1 if max(map(len, labels)) > 60 else min(len(labels), 3)
+    legend_rows = -(-len(labels) // columns)
+    legend_in = 0.3 + 0.22 * legend_rows
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(5.2 * len(CURVES), 4.2 + legend_in))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = "osD^vP*X"
     for ax, (metric, xlabel, ylabel, scale) in zip(axes, CURVES):
-        drawn = False
-        for c in compared:
-            points = c.curves.get(metric) or []
-            if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, [y * scale for y in ys], marker="o" if len(points) <= 20 else None, markersize=3,
-                        linewidth=1.3, label=c.label)
-                drawn = True
+        drawn, steps = False, set()
+        for i, g in enumerate(groups):
+            curve = mean_curve(g.members, metric)
+            if not curve:
+                continue
+            xs, mean, low, high = zip(*curve)
+            steps.update(xs)
+            color = colors[i % len(colors)]
+            # later groups get smaller markers, so equal values still show every group's marker
+            ax.plot(xs, [y * scale for y in mean], color=color, linewidth=1.4, label=labels[i],
+                    marker=markers[i % len(markers)] if len(xs) <= 20 else None,
+                    markersize=max(3.0, 7.0 - 1.5 * i))
+            if len(g.members) > 1 and len(xs) > 1:
+                ax.fill_between(xs, [y * scale for y in low], [y * scale for y in high], color=color, alpha=0.18,
+                                linewidth=0)
+            elif len(g.members) > 1:  # one point: the band is a vertical bar
+                ax.vlines(xs, [y * scale for y in low], [y * scale for y in high], color=color, alpha=0.5,
+                          linewidth=6)
+            drawn = True
         if not drawn:
             ax.text(0.5, 0.5, f"no {metric} logged", ha="center", va="center", transform=ax.transAxes, color="gray")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and epochs are whole numbers
+        if len(steps) == 1:  # one step or epoch: a tick at it, not a fractional axis around it
+            (x,) = steps
+            ax.set_xticks([x])
+            ax.set_xlim(x - 1, x + 1)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.set_title(metric, fontsize=10)
+        ax.set_title(f"{metric}: group mean, min – max band", fontsize=10)
         ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    if not handles:
-        handles, labels = next((ax.get_legend_handles_labels() for ax in axes if ax.get_legend_handles_labels()[0]),
-                               ([], []))
+    handles, names = next((ax.get_legend_handles_labels() for ax in axes if ax.get_legend_handles_labels()[0]),
+                          ([], []))
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
+        fig.legend(handles, names, loc="lower center", ncol=columns, fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.06 + 0.04 * ((len(labels) - 1) // 4 if handles else 0), 1, 1))
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,81 @@
+"""runner sweep over seeds and pipelines: each child trains the pipeline its `use` names, and the sweep ends
+with compare's groups (by the swept keys other than seed)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import run_cli
+from tests.test_repro import TINY, runs_tagged
+
+PLAIN, RANDAUG = "imagenet_train", "imagenet_train_randaugment"
+
+
+@pytest.fixture
+def tiny(project, image_dataset) -> Path:
+    path = project / "experiments" / "tiny.yaml"
+    path.write_text(TINY.format(root=image_dataset).replace("deterministic: true", "deterministic: false"))
+    return path
+
+
+def compiled_train(uri: str, run_id: str) -> str:
+    return Path(MlflowClient(uri).download_artifacts(run_id, "pipelines/train_pipeline.py")).read_text()
+
+
+@pytest.mark.slow
+def test_sweep_over_seeds_and_pipelines_ends_with_the_grouped_comparison(tiny, project, capsys):
+    code, out, err = run_cli(["sweep", tiny, "seed=0,1", f"pipelines.train.use={PLAIN},{RANDAUG}",
+                              "trainer.max_steps=2"], capsys)
+    assert code == 0, err
+    uri = f"sqlite:///{project}/mlflow.db"
+    (parent,) = runs_tagged(uri, "runner.sweep", "parent")
+    children = sorted(runs_tagged(uri, "mlflow.parentRunId", parent.info.run_id), key=lambda r: r.info.run_name)
+    assert [c.info.run_name for c in children] == [f"seed=0 use={PLAIN}", f"seed=0 use={RANDAUG}",
+                                                   f"seed=1 use={PLAIN}", f"seed=1 use={RANDAUG}"]
+    for child in children:
+        p = child.data.params
+        seed, use = child.info.run_name.removeprefix("seed=").split(" use=")
+        assert (p["seed"], p["seed.torch"], p["seed.reader_shuffle"], p["pipelines.train.use"]) == (seed, seed, seed, use)
+        assert p["pipelines.train.params.size"] == "32" and child.info.status == "FINISHED"
+        assert ("rand_augment.rand_augment(" in compiled_train(uri, child.info.run_id)) == (use == RANDAUG)
+        assert "eval/top1" in child.data.metrics
+    summary = out[out.index("4 runs of tiny in 2 groups"):]
+    assert summary.startswith("4 runs of tiny in 2 groups, by pipelines.train.use\n"
+                              f"  A = pipelines.train.use={PLAIN} (2 runs)\n"
+                              f"  B = pipelines.train.use={RANDAUG} (2 runs)\n")
+    closing = re.compile(r"^(A|B) (leads (A|B) by \d+\.\d\d points of|and (A|B) tie on) eval/top1 .*n = 2 and 2\): "
+                         r"(not )?larger than the seed spread \(Welch's t-test p = \S+ (<|>=) 0\.05\)\.$", re.M)
+    assert closing.search(summary), summary
+    assert (f"chart and table: runner compare --parent {parent.info.run_id} --group-by pipelines.train.use "
+            f"--uri {uri}") in summary
+    code, out, err = run_cli(["compare", "--parent", parent.info.run_id, "--out", "cmp"], capsys)
+    assert code == 0, err
+    assert out.startswith("4 runs of tiny in 2 groups, by pipelines.train.use\n")  # seeds are not a group key
+    assert closing.search(out) and (project / "cmp" / "compare.png").stat().st_size > 20_000
+
+
+def test_seeds_and_pipelines_sweep_as_a_grid(tiny, capsys):
+    code, out, err = run_cli(["sweep", tiny, "seed=0,1,2", f"pipelines.train.use={PLAIN},{RANDAUG}", "--dry-run"],
+                             capsys)
+    assert code == 0, err
+    cells = [[c.strip() for c in line.split("│")[1:4]] for line in out.splitlines() if line.startswith("│")]
+    assert cells == [["1", "0", PLAIN], ["2", "0", RANDAUG], ["3", "1", PLAIN], ["4", "1", RANDAUG],
+                     ["5", "2", PLAIN], ["6", "2", RANDAUG]]
+
+
+def test_a_swept_pipeline_that_lacks_a_set_param_names_the_run(tiny, capsys):
+    """params written for one pipeline are checked against each swept `use`: ~pipelines.train.params or
+    params both pipelines declare avoid it."""
+    code, _, err = run_cli(["sweep", tiny, f"pipelines.train.use={RANDAUG},{PLAIN}", "pipelines.train.params.n=3",
+                            "--dry-run"], capsys)
+    assert code == 2
+    assert err == ("error: command line 'pipelines.train.params.n=3': pipelines.train.params.n: pipeline "
+                   f"'{PLAIN}' has no parameter 'n'. Its parameters: data_root, size, decode_device, "
+                   f"hw_decoder_load. (sweep run 2: pipelines.train.use={PLAIN})\n")
+    code, out, err = run_cli(["sweep", tiny, f"pipelines.train.use={RANDAUG},{PLAIN}", "~pipelines.train.params",
+                              "--dry-run"], capsys)
+    assert code == 0, err
+    assert "tiny.yaml: 2 runs, each with ~pipelines.train.params" in out
