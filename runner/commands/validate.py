@@ -40,17 +40,31 @@ def print_validated(v: Validated) -> None:
         data = f"{cfg.data.root}" + ("" if root.is_dir() else " (not found here)")
     else:
         data = f"synthetic JPEGs in {root}" + (" (generated)" if root.is_dir() else " (generated at launch)")
+    from runner.accumulate import global_batch
+    from runner.optim import scaled_lr
+
+    batch = global_batch(cfg, v.target.world)
+    lr = scaled_lr(cfg.optimizer, batch)
+    init = cfg.model.init
     rows = [
-        ["model", f"{cfg.model.name} ({cfg.model.num_classes} classes)"],
-        ["optimizer", f"{cfg.optimizer.name}, lr {cfg.optimizer.lr:g}, weight decay {cfg.optimizer.weight_decay:g}"],
+        ["model", f"{cfg.model.name} ({cfg.model.num_classes} classes)"
+         + (f", from {init.source}" + (", new head" if init.new_head else "") if init else "")],
+        ["optimizer", f"{cfg.optimizer.name}, lr {lr:g}" + (f" ({cfg.optimizer.lr:g} per {cfg.optimizer.lr_reference_batch} "
+                                                            f"images, global batch {batch})" if lr != cfg.optimizer.lr
+                                                            else "")
+         + f", weight decay {cfg.optimizer.weight_decay:g}"],
         ["schedule", f"{cfg.scheduler.name}, warm-up {cfg.scheduler.warmup_epochs:g} epochs"],
         ["trainer", f"{cfg.trainer.epochs} epochs" + (f", at most {cfg.trainer.max_steps} steps"
                                                          if cfg.trainer.max_steps else "")
          + f", {cfg.trainer.precision}" + (", channels_last" if cfg.trainer.channels_last else "")
-         + (", torch.compile" if cfg.trainer.compile else "")],
+         + (", torch.compile" if cfg.trainer.compile else "")
+         + (f", label smoothing {cfg.trainer.label_smoothing:g}" if cfg.trainer.label_smoothing else "")
+         + (f", EMA {cfg.trainer.ema.decay:g}" + (" with warm-up" if cfg.trainer.ema.warmup else "")
+            if cfg.trainer.ema else "")],
         ["devices", f"{v.processes} x {v.target.accelerator}" + (f" on each of {cfg.trainer.nnodes} nodes"
                                                                  if cfg.trainer.nnodes > 1 else "")],
-        ["loader", f"{cfg.data.loader}, batch {cfg.data.batch_size} per process"],
+        ["loader", f"{cfg.data.loader}, batch {cfg.data.batch_size} per process"
+         + (f", {v.accumulation} accumulated per step (global batch {batch})" if v.accumulation > 1 else "")],
         ["data", data],
     ]
     if v.labels is not None:
@@ -62,12 +76,18 @@ def print_validated(v: Validated) -> None:
                      f"{len(g.steps)} steps -> {', '.join(o.name for o in g.outputs)}; {g.target}"
                      + (", conditionals" if g.conditionals else "")
                      + (f"; {parts[role]} of each batch" if role in parts else "")
-                     + (_copy_note(v.loaded.pipelines["train"].hybrid) if role == HYBRID else "")])
+                     + (_copy_note(v.loaded.pipelines["train"].hybrid) if role == HYBRID else "")
+                     + (_mix_note(cfg.pipelines.train.mix) if role == "train" and cfg.pipelines.train.mix else "")])
     rows.append(["tracking", (cfg.tracking.uri or "$MLFLOW_TRACKING_URI or ./mlflow.db") + f", experiment "
                  f"'{cfg.tracking.experiment}'" if cfg.tracking.enabled else "off"])
     console.out.print(f"[green]OK[/] {display_path(v.loaded.path)}" +
                       (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else ""))
     console.out.print(console.table(None, ["", ""], rows, justify_numbers=False))
+
+
+def _mix_note(mix) -> str:
+    kinds = [f"{name} {alpha:g}" for name, alpha in (("mixup", mix.mixup_alpha), ("CutMix", mix.cutmix_alpha)) if alpha]
+    return f"; then {' or '.join(kinds)} on {mix.prob:.0%} of the batches ({mix.mode} mode)"
 
 
 def _copy_note(hybrid) -> str:
