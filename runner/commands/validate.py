@@ -57,7 +57,8 @@ def print_validated(v: Validated) -> None:
         ["trainer", f"{cfg.trainer.epochs} epochs" + (f", at most {cfg.trainer.max_steps} steps"
                                                          if cfg.trainer.max_steps else "")
          + f", {cfg.trainer.precision}" + (", channels_last" if cfg.trainer.channels_last else "")
-         + (", torch.compile" if cfg.trainer.compile else "")
+         + ((", torch.compile" + (f" ({cfg.trainer.compile_mode})" if cfg.trainer.compile_mode != "default" else ""))
+            if cfg.trainer.compile else "")
          + (f", label smoothing {cfg.trainer.label_smoothing:g}" if cfg.trainer.label_smoothing else "")
          + (f", EMA {cfg.trainer.ema.decay:g}" + (" with warm-up" if cfg.trainer.ema.warmup else "")
             if cfg.trainer.ema else "")],
