@@ -17,7 +17,7 @@ CONFUSION_TABLE = 20     # up to this many classes the confusion matrix is print
 def finish_evaluation(v, d, state: dict[str, Any], weights: Path, results: dict[str, Evaluation]) -> None:
     """Log the evaluation as a new run (tagged and described as the source run's) and print its tables."""
     from runner.evaluate import EVALUATES_TAG
-    from runner.launch import log_run_inputs, run_params
+    from runner.launch import log_run_inputs, run_params, split_fingerprints
     from runner.tracking import create_tracker
 
     cfg = v.config
@@ -25,8 +25,10 @@ def finish_evaluation(v, d, state: dict[str, Any], weights: Path, results: dict[
     source = state.get("run_id")
     tracker = create_tracker(cfg.tracking, rank=d.rank, at=v.loaded.at("tracking.uri"))
     try:
-        tracker.start(run_params(v, d.world))
-        log_run_inputs(v, tracker, d.world)
+        # the split it evaluated, as a dataset of the run (not the train split: this run trains on nothing)
+        fingerprints = {role: found for role, found in split_fingerprints(v).items() if role == "eval"}
+        tracker.start(run_params(v, d.world, fingerprints))
+        log_run_inputs(v, tracker, d.world, fingerprints)
         tracker.set_tags({EVALUATES_TAG: source or "", "runner.evaluated_checkpoint": str(weights.resolve()),
                           "runner.evaluated_step": str(state.get("step", 0)),
                           "mlflow.note.content": description(cfg.tracking, source, weights, state)})

@@ -155,6 +155,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if mode in ("e2e", "bare"):  # the same schedule in both: the bare loop's only difference is runner's loop
         overrides += [f"trainer.max_steps={warmup + steps}", f"trainer.log_every_n_steps={spec['window']}",
                       "trainer.epochs=100000", "trainer.eval_every_n_epochs=0", "trainer.checkpoint_every_n_epochs=0",
+                      "trainer.checkpoint_best=null",
                       f"trainer.checkpoint_dir={spec['scratch']}"]
     v = validate(spec["experiment"], overrides)
     d = setup(v.target.accelerator)
