@@ -191,8 +191,9 @@ def take(address: str, work: Path, out: Path) -> None:
 
         browser.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_ids[0]}/artifacts?workflowType=machine_learning",
                      text_shown("experiment.yaml"))
-        browser.js("[...document.querySelectorAll('span,div')].find(e => e.innerText === 'experiment.yaml')?.click()")
-        time.sleep(2.0)
+        for name in ("preview", "train.png"):  # the grid of the first batch the run trained on
+            browser.js(f"[...document.querySelectorAll('span,div')].find(e => e.innerText === '{name}')?.click()")
+            time.sleep(2.0)
         browser.screenshot(out / "ui-artifacts.png")
     finally:
         browser.close()
