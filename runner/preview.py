@@ -306,7 +306,7 @@ def png_bytes(image: Image.Image) -> bytes:
 
 
 def grid_header(v, pipeline: str, batch: int, parts: list[tuple[int | None, Denorm]]) -> tuple[str, str]:
-    """(title, subtitle) of a grid: the experiment, the pipeline, the seed; the batch size and what was undone."""
+    """(title, subtitle) of a grid: the experiment, the pipeline, its seed; the batch size and what was undone."""
     cfg = v.config
     what = {"synthetic": "the synthetic loader", "torchvision": "torchvision transforms"}.get(cfg.data.loader)
     if what is None:

@@ -16,11 +16,11 @@ from tests.conftest import REPO, run_cli
 
 PLAIN, RANDAUG = "imagenet_train", "imagenet_train_randaugment"
 # the closing lines, as docs/comparing.md shows them
-LARGER = ("A leads B by 10.00 points of eval/top1 (72.00% vs 62.00%, n = 3 and 3): larger than the seed spread "
+LARGER = ("A leads B by 10.00 points of eval/top1 (72.00% vs 62.00%, n = 3 and 3): larger than the spread over seeds "
           "(Welch's t-test p = 0.0078 < 0.05).")
-NOT_LARGER = ("A leads B by 1.00 points of eval/top1 (72.50% vs 71.50%, n = 2 and 2): not larger than the seed "
-              "spread (Welch's t-test p = 0.80 >= 0.05).")
-UNKNOWN = ("B leads A by 2.00 points of eval/top1 (72.00% vs 70.00%, n = 1 and 1); the seed spread is unknown with "
+NOT_LARGER = ("A leads B by 1.00 points of eval/top1 (72.50% vs 71.50%, n = 2 and 2): not larger than the "
+              "spread over seeds (Welch's t-test p = 0.80 >= 0.05).")
+UNKNOWN = ("B leads A by 2.00 points of eval/top1 (72.00% vs 70.00%, n = 1 and 1); the spread over seeds is unknown with "
            "1 run in B and A, so the lead is not tested: run each setting with several seeds (seed=0,1,2).")
 ONE_GROUP = ("all 2 runs are one group: there is no other group to compare with; --group-by KEY names the params "
              "that tell groups apart.")
@@ -106,7 +106,7 @@ def test_groups_by_what_differs_except_seeds_and_prints_exact_spreads(store, cap
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 
 
-def test_a_lead_within_the_seed_spread_is_not_called_larger(store, capsys):
+def test_a_lead_within_the_spread_over_seeds_is_not_called_larger(store, capsys):
     uri, client, exp = store
     for seed, (a, b) in enumerate(((0.70, 0.69), (0.75, 0.74))):
         log_run(client, exp, use=PLAIN, seed=seed, top1=a)
@@ -162,7 +162,7 @@ def test_group_by_names_the_groups_and_what_still_varies_in_them(store, capsys):
     assert code == 0, err
     assert f"  C = optimizer.lr=0.2 pipelines.train.use={PLAIN} (2 runs)\n" in out
     assert ["C", "1", "90.00", "-", "90.00 – 90.00"] in rows(out)  # the KILLED run is not counted
-    assert ("C leads A by 18.00 points of eval/top1 (90.00% vs 72.00%, n = 1 and 3); the seed spread is unknown "
+    assert ("C leads A by 18.00 points of eval/top1 (90.00% vs 72.00%, n = 1 and 3); the spread over seeds is unknown "
             "with 1 run in C, so the lead is not tested") in out
 
 

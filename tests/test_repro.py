@@ -200,7 +200,7 @@ def test_compare_shows_exactly_the_changed_params_and_draws_curves(origin, elsew
     assert header.split()[:5] == ["group", "id", "status", "time", "top-1"] and "img/s" in header
     row = next(line for line in out.splitlines() if changed.info.run_id[:8] in line)
     assert row.startswith("B ") and "FINISHED" in row
-    assert "the seed spread is unknown with 1 run in" in out
+    assert "the spread over seeds is unknown with 1 run in" in out
     png = elsewhere / "cmp" / "compare.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     assert changed.info.run_id[:8] in (elsewhere / "cmp" / "compare.md").read_text()

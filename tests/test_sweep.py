@@ -47,7 +47,7 @@ def test_sweep_over_seeds_and_pipelines_ends_with_the_grouped_comparison(tiny, p
                               f"  A = pipelines.train.use={PLAIN} (2 runs)\n"
                               f"  B = pipelines.train.use={RANDAUG} (2 runs)\n")
     closing = re.compile(r"^(A|B) (leads (A|B) by \d+\.\d\d points of|and (A|B) tie on) eval/top1 .*n = 2 and 2\): "
-                         r"(not )?larger than the seed spread \(Welch's t-test p = \S+ (<|>=) 0\.05\)\.$", re.M)
+                         r"(not )?larger than the spread over seeds \(Welch's t-test p = \S+ (<|>=) 0\.05\)\.$", re.M)
     assert closing.search(summary), summary
     assert (f"chart and table: runner compare --parent {parent.info.run_id} --group-by pipelines.train.use "
             f"--uri {uri}") in summary

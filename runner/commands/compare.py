@@ -18,7 +18,7 @@ PARENT_TAGS = ("runner.sweep", "runner.bench")  # parents group children; they t
 
 def register(sub) -> None:
     p = sub.add_parser("compare", help="tracked runs in groups: n, mean +- std, min-max, whether the lead exceeds "
-                                       "the seed spread, mean curves (PNG)")
+                                       "the spread over seeds, mean curves (PNG)")
     p.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="runs to compare (a unique start of an id will do)")
     p.add_argument("--experiment", metavar="NAME", help="compare the runs of this MLflow experiment instead")
     p.add_argument("--parent", metavar="RUN_ID", help="compare the children of this run (a runner sweep) instead")
@@ -86,7 +86,7 @@ def show(runs: list, out: Path | None, group_by: list[str] | None = None) -> int
                      + ", ".join(f"{r.short} ({r.status})" for r in unfinished))
     run_columns, run_rows = run_table(groups)
     group_columns, group_rows, ends = group_table(groups)
-    closing = lead_line(groups, "the spread within groups" if varying else "the seed spread")
+    closing = lead_line(groups, "the spread within groups" if varying else "the spread over seeds")
     console.out.print(escape(title))
     for line in notes:
         console.out.print(f"  {escape(line)}")

@@ -95,7 +95,7 @@ def _open_parent_run(v, path: str, plain: list[str], children):
 
 
 def _summary(uri: str, parent_id: str, swept: list[str]) -> None:
-    """compare's grouped table of the children, grouped by the swept keys other than the seed (the groups
+    """compare's grouped table of the children, grouped by the swept keys other than `seed` (the groups
     compare would make by itself, unless a key is written otherwise than its param, e.g. in brackets)."""
     from runner.commands.compare import show
     from runner.errors import RunnerError

@@ -112,8 +112,8 @@ def run_table(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:
     return columns, rows
 
 
-def lead_line(groups: Sequence[Group], spread_name: str = "the seed spread", metric: str = LEAD_METRIC) -> str:
-    """The closing line: does the best group's lead over the runner-up exceed the seed spread?
+def lead_line(groups: Sequence[Group], spread_name: str = "the spread over seeds", metric: str = LEAD_METRIC) -> str:
+    """The closing line: does the best group's lead over the runner-up exceed the spread over seeds?
 
     Groups are ranked by the mean of `metric` over their finished runs; the lead is tested with Welch's
     two-sample t-test on those runs' values when both groups have two or more of them.

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-SIGNIFICANT = 0.05  # a lead with Welch's p below this is reported as larger than the seed spread
+SIGNIFICANT = 0.05  # a lead with Welch's p below this is reported as larger than the spread over seeds
 
 
 @dataclass(frozen=True)
