@@ -20,7 +20,7 @@ from runner import checkpoint, console
 from runner.errors import ConfigError, DataError, display_path
 
 EVALUATES_TAG = "runner.evaluates"        # the id of the run whose weights were evaluated
-WEIGHTS = {"model": "eval", "ema": "eval_ema"}  # checkpoint key -> metric prefix of its main split
+WEIGHTS = ("model", "ema")  # the checkpoint keys holding weights: the trained ones, the averaged ones
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> in
     from runner import dist
     from runner.evaluation_report import finish_evaluation
     from runner.launch import checked_with_data, torch_threads
-    from runner.train import autocast_args, build_model, configure_torch, create_eval_loaders, evaluate_split
+    from runner.train import autocast_args, build_model, configure_torch, create_eval_loaders, evaluate_nets
 
     d = dist.setup(v.target.accelerator)
     torch_threads(d)
@@ -210,15 +210,10 @@ def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> in
         import torch
 
         criterion = torch.nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)  # the loss launch reports
-        results = {}
-        for key, main_prefix in WEIGHTS.items():
-            if state.get(key) is None:
-                continue
-            model = load_model(build_model(cfg, d), state[key], key, weights)
-            for prefix, loader in loaders.items():
-                results[main_prefix + prefix[len("eval"):]] = evaluate_split(
-                    model, loader, criterion, d, autocast_args(tc.precision, d.device), tc.channels_last,
-                    cfg.model.num_classes)
+        nets = {key: load_model(build_model(cfg, d), state[key], key, weights) for key in WEIGHTS
+                if state.get(key) is not None}
+        results = evaluate_nets(nets, loaders, criterion, d, autocast_args(tc.precision, d.device),
+                                tc.channels_last, cfg.model.num_classes)
         for loader in loaders.values():
             loader.close()
         if d.main:
@@ -242,3 +237,27 @@ def load_model(model, weights: dict[str, Any], key: str, path: Path):
                           f"({first[1].strip() if len(first) > 1 else first[0]}); evaluate with the model.name and "
                           "model.num_classes the run trained.", where="model") from None
     return model
+
+
+def evaluate_main_split(v, state: dict[str, Any], path: Path) -> dict[str, float]:
+    """eval/top1, eval/top5, eval/loss and eval/samples of the checkpoint's model on `v`'s eval split, in this one
+    process, logging nothing (runner reproduce --weights)."""
+    from torch import nn
+
+    from runner.dist import Dist
+    from runner.loaders import create_loader
+    from runner.train import autocast_args, build_model, evaluate
+
+    d = Dist(accelerator=v.target.accelerator)
+    loader = create_loader(v, "eval", d)
+    if loader is None:
+        raise ConfigError("the experiment has no eval pipeline to evaluate the checkpoint with; set pipelines.eval.",
+                          **v.loaded.at("pipelines.eval"))
+    model = load_model(build_model(v.config, d), state["model"], "model", path)
+    tc = v.config.trainer
+    try:
+        return evaluate(model, loader, nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing), d,
+                        autocast_args(tc.precision, d.device), tc.channels_last)
+    finally:
+        loader.close()
+

@@ -141,6 +141,20 @@ def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool, *,
     return evaluate_split(net, loader, criterion, d, amp, channels_last, 0).metrics(prefix)
 
 
+def evaluate_nets(nets: dict[str, nn.Module], loaders: dict[str, Any], criterion, d: Dist, amp: dict,
+                  channels_last: bool, num_classes: int, preview: BatchPreview | None = None) -> dict[str, Evaluation]:
+    """Each set of weights ("model", and "ema" for the averaged ones) on each eval split (`loaders`, by metric
+    prefix): metric prefix -> Evaluation, eval/ and eval_NAME/ for the model, eval_ema/ and eval_ema_NAME/ for
+    the EMA. `preview` draws the model's first batch of the main split."""
+    out = {}
+    for key, net in nets.items():
+        for prefix, loader in loaders.items():
+            draw = preview if key == "model" and prefix == "eval" else None
+            out[prefix if key == "model" else ema_split_prefix(prefix)] = evaluate_split(
+                net, loader, criterion, d, amp, channels_last, num_classes, draw)
+    return out
+
+
 def create_eval_loaders(v, d: Dist) -> dict[str, Any]:
     """metric prefix -> eval loader: `eval` for data.eval_split, `eval_NAME` for each of data.eval_splits."""
     import dataclasses
@@ -426,16 +440,13 @@ def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = N
             start_batch = 0
             last = epoch == tc.epochs or step >= total_steps
             if eval_loaders and (epoch % tc.eval_every_n_epochs == 0 or last):  # none when every_n is 0
-                for prefix, loader in eval_loaders.items():
-                    evaluations[prefix] = evaluate_split(s.net, loader, s.criterion, d, s.amp, tc.channels_last,
-                                                         cfg.model.num_classes, previews if prefix == "eval" else None)
-                    epoch_metrics.update(evaluations[prefix].metrics(prefix))
-                    if s.ema is not None:  # the averaged weights on the same images: eval_ema/, eval_ema_NAME/
-                        s.ema.sync(d)
-                        ema_prefix = ema_split_prefix(prefix)
-                        evaluations[ema_prefix] = evaluate_split(s.ema.module, loader, s.criterion, d, s.amp,
-                                                                 tc.channels_last, cfg.model.num_classes)
-                        epoch_metrics.update(evaluations[ema_prefix].metrics(ema_prefix))
+                if s.ema is not None:
+                    s.ema.sync(d)
+                nets = {"model": s.net} | ({"ema": s.ema.module} if s.ema is not None else {})
+                evaluations.update(evaluate_nets(nets, eval_loaders, s.criterion, d, s.amp, tc.channels_last,
+                                                 cfg.model.num_classes, previews))
+                for prefix, ev in evaluations.items():
+                    epoch_metrics.update(ev.metrics(prefix))
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)

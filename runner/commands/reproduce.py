@@ -68,14 +68,14 @@ def run(args) -> int:
 def evaluate_weights(record, v, uri: str, which: str) -> int:
     """The run's checkpoint, fetched from its store, evaluated here by the run's eval pipeline (one process)."""
     from runner.checkpoint import load
+    from runner.evaluate import evaluate_main_split
     from runner.tracking.weights import fetch_run_weights
-    from runner.weights_eval import evaluate_checkpoint
 
     file = fetch_run_weights(record.run_id, uri, which=which)
     state = load(file)
     console.note(f"evaluating the {which} checkpoint of run {record.short} (step {state.get('step')}, epoch "
                  f"{state.get('epoch')}; {display_path(file)}) on its eval pipeline here")
-    here = evaluate_checkpoint(v, state)
+    here = evaluate_main_split(v, state, file)
     logged = state.get("metrics") or {}
     rows = [[key, f"{logged[key]:.4f}" if key in logged else "-", f"{value:.4f}"] for key, value in here.items()]
     console.out.print(console.table(f"run {record.short}'s {which} checkpoint", ["", "logged by the run", "here"],
