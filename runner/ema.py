@@ -76,11 +76,6 @@ class ModelEma:
         self.module.load_state_dict(state)
 
 
-def prefixed(metrics: dict[str, float], prefix: str) -> dict[str, float]:
-    """evaluate()'s eval/... metrics renamed PREFIX/... (eval_ema/top1 for the averaged weights)."""
-    return {f"{prefix}/{key.split('/', 1)[1]}": value for key, value in metrics.items()}
-
-
 def ema_split_prefix(prefix: str) -> str:
     """The averaged weights' metric prefix for an eval split's: eval -> eval_ema, eval_NAME -> eval_ema_NAME."""
     return "eval_ema" + prefix[len("eval"):]

@@ -109,6 +109,14 @@ class Mixer:
         # timm forces cutmix_alpha to 1 when min-max boxes are on (config.recipes refuses other values)
         self.cutmix_alpha = 1.0 if cfg.cutmix_minmax is not None else cfg.cutmix_alpha
 
+    @classmethod
+    def for_experiment(cls, cfg) -> Mixer | None:
+        """The experiment's pipelines.train.mix, with its class count, label smoothing and seed; None without one."""
+        mix = cfg.pipelines.train.mix
+        if mix is None:
+            return None
+        return cls(mix, num_classes=cfg.model.num_classes, label_smoothing=cfg.trainer.label_smoothing, seed=cfg.seed)
+
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, *, slot: int, step: int) -> MixedBatch:
         g = mix_generator(self.seed, slot, step)
         if self.cfg.mode == "batch":

@@ -201,14 +201,12 @@ def mixed_train_batch(v, images: torch.Tensor, labels: torch.Tensor, step: int) 
     """The train batch as training mixes it (pipelines.train.mix) at optimizer step `step` on slot 0, for
     `runner preview --pipeline train`: (images, targets), targets the labels (N,) or, when mixed, the soft targets
     (N, C) that `captions` reads."""
-    mix = v.config.pipelines.train.mix
-    if mix is None:
-        return images, labels
     from runner.mix import Mixer
 
-    tc = v.config.trainer
-    mixed = Mixer(mix, num_classes=v.config.model.num_classes, label_smoothing=tc.label_smoothing,
-                  seed=v.config.seed)(images, labels, slot=0, step=step)
+    mixer = Mixer.for_experiment(v.config)
+    if mixer is None:
+        return images, labels
+    mixed = mixer(images, labels, slot=0, step=step)
     return mixed.images, mixed.targets
 
 

@@ -209,7 +209,7 @@ def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[
     ema = ModelEma(model, tc.ema) if tc.ema else None
     if ema and resume and resume.get("ema") is not None:  # without one, the average starts from the weights
         ema.load_state_dict(resume["ema"])
-    mix = cfg.pipelines.train.mix
+    mixer = Mixer.for_experiment(cfg)
     net = ddp = None
     if d.enabled:  # after loading: DDP broadcasts rank 0's weights when it wraps the model
         net = ddp = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda"
@@ -217,9 +217,8 @@ def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[
     return Step(model=model, net=compiled(net or model, tc),
                 criterion=nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing), optimizer=optimizer,
                 scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device), tc=tc, ddp=ddp,
-                ema=ema, mix=Mixer(mix, num_classes=cfg.model.num_classes, label_smoothing=tc.label_smoothing,
-                                   seed=cfg.seed) if mix else None,
-                soft_criterion=nn.CrossEntropyLoss() if mix else None)  # the mixed targets carry the smoothing
+                ema=ema, mix=mixer,
+                soft_criterion=nn.CrossEntropyLoss() if mixer else None)  # the mixed targets carry the smoothing
 
 
 def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor, *,
