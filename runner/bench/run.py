@@ -34,6 +34,7 @@ class BenchRequest:
     warmup: int | None = None
     steps: int | None = None
     window: int | None = None
+    entries: str | None = None       # comma-separated entry names of the suite: measure only these
     out: str | None = None
 
 
@@ -121,7 +122,12 @@ def load(req: BenchRequest) -> Suite:
                 raise ConfigError(f"the suite's entries name their {flag}; --{flag} goes with one experiment.",
                                   file="command line", where=f"--{flag}")
         suite = dataclasses.replace(load_suite(Path(req.suite), words), **given)
+        if req.entries is not None:
+            suite = dataclasses.replace(suite, entries=_chosen_entries(suite, req.entries))
     else:
+        if req.entries is not None:
+            raise ConfigError("--entries picks entries of a suite; it goes with --suite FILE.yaml.",
+                              file="command line", where="--entries")
         names = [n for n in (req.loaders or DEFAULT_LOADERS).split(",") if n]
         modes = [m for m in (req.modes or "loader,e2e").split(",") if m]
         bad = [m for m in modes if m not in MODES]
@@ -147,10 +153,26 @@ def load(req: BenchRequest) -> Suite:
     return suite
 
 
+def _chosen_entries(suite: Suite, names: str) -> tuple:
+    """The suite's entries named in `names` (comma-separated), in the suite's order."""
+    from runner.errors import did_you_mean
+
+    chosen = [n for n in names.split(",") if n]
+    known = [e.name for e in suite.entries]
+    for n in chosen:
+        if n not in known:
+            raise ConfigError(f"the suite has no entry '{n}'.{did_you_mean(n, known)} Its entries: {', '.join(known)}.",
+                              file="command line", where="--entries")
+    if not chosen:
+        raise ConfigError(f"--entries names no entry; the suite's entries: {', '.join(known)}.", file="command line",
+                          where="--entries")
+    return tuple(e for e in suite.entries if e.name in chosen)
+
+
 def command_line(req: BenchRequest, suite: Suite) -> str:
     """The command that measures the same again, every setting written out."""
     if req.suite is not None:
-        flags = [f"--{k}={v}" for k, v in _given(req).items()]
+        flags = [f"--{k}={v}" for k, v in _given(req).items()] + ([f"--entries={req.entries}"] if req.entries else [])
         return shlex.join(["runner", "bench", "--suite", req.suite, *flags, *_words(req)])
     e = suite.entries[0]
     return shlex.join(["runner", "bench", e.experiment, "--loaders", ",".join(e.loaders), "--modes",

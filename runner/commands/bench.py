@@ -15,6 +15,8 @@ def register(sub) -> None:
                         "vars.NAME=VALUE sets a variable of the suite")
     p.add_argument("--suite", default=None, help="a suite file (bench/suites/*.yaml): named configurations "
                                                  "measured together, into one CSV and one markdown table")
+    p.add_argument("--entries", default=None, help="with --suite: comma-separated names of the entries to measure "
+                                                   "(default all), with their ceilings")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds (default 1, or the suite's): each measures every row once; the table gives the "
                         "median and range (min-max)")
@@ -35,7 +37,8 @@ def run(args) -> int:
 
     req = BenchRequest(experiment=args.experiment, overrides=tuple(args.overrides), suite=args.suite,
                        loaders=args.loaders, modes=args.modes, repeat=args.repeat, warmup=args.warmup,
-                       steps=args.steps, window=args.window, out=args.out)
+                       steps=args.steps, window=args.window, entries=args.entries,
+                       out=args.out)
     outcome = run_bench(req, run_notes)
     cols = columns(outcome.result)
     shown = [i for i, c in enumerate(cols) if c not in ("configuration", "errors")]  # in the .md; errors below
