@@ -394,12 +394,38 @@ entries:
                                                     "no variable of this suite. Its variables: none."),
     ("", ["--loaders", "dali"], "error: command line: --loaders: the suite's entries name their loaders; --loaders "
                                 "goes with one experiment."),
+    ("", ["--entries", "eagr"], "error: command line: --entries: the suite has no entry 'eagr'. Did you mean "
+                                "'eager'? Its entries: eager."),
+    ("", ["--entries", ","], "error: command line: --entries: --entries names no entry; the suite's entries: eager."),
 ])
 def test_a_bad_suite_file_is_one_paragraph_naming_its_line(tiny, project, capsys, extra, words, message):
     (project / "s.yaml").write_text(SUITE.format(experiment=tiny, extra=extra))
     code, out, err = run_cli(["bench", "--suite", "s.yaml", *words], capsys)
     assert code == 2, out
     assert err.strip().startswith(message) and "\n" not in err.strip() and "Traceback" not in err
+
+
+def test_entries_go_with_a_suite(tiny, capsys):
+    code, _, err = run_cli(["bench", tiny, "--entries", "eager"], capsys)
+    assert code == 2
+    assert err.strip() == "error: command line: --entries: --entries picks entries of a suite; it goes with --suite " \
+                          "FILE.yaml."
+
+
+def test_entries_measure_only_the_named_entries_with_their_ceiling(tiny, project, capsys):
+    suite = SUITE.format(experiment=tiny, extra="") + (f"  - name: deeper\n    experiment: {tiny}\n"
+                                                       "    overrides: [data.prefetch=3]\n    loaders: [dali]\n")
+    (project / "s.yaml").write_text(suite.replace("repeat: 2", "repeat: 1"))
+    code, out, err = run_cli(["bench", "--suite", "s.yaml", "--entries", "deeper", "--out", project / "b"], capsys)
+    assert code == 0, err + out
+    log = [ln.split(" tracking")[0] for ln in (project / "b" / "bench.log").read_text().splitlines()
+           if ln.startswith("====")]
+    assert log == ["==== ceiling (eager) e2e", "==== deeper/dali e2e"]
+    result = json.loads((project / "b" / "bench.json").read_text())
+    assert [r["name"] for r in result["rows"]] == ["ceiling (eager)", "deeper/dali"]
+    assert "data.prefetch=3" in result["rows"][1]["overrides"]
+    md = next((project / "b").glob("bench-t-*.md")).read_text()
+    assert "- command: `runner bench --suite s.yaml --entries=deeper`" in md
 
 
 def test_a_suite_variable_left_unset_says_how_to_give_it(project, capsys):
