@@ -115,6 +115,35 @@ def test_one_process_with_two_slots_reads_the_batches_of_two_processes(exp, load
         assert len(set(accumulated.values())) == len(accumulated)  # every micro-batch its own
 
 
+def test_the_compiled_train_pipeline_is_slot_0s_and_reads_its_batches(exp, project, capsys):
+    """The source `runner compile` prints and every run logs reads what slot 0 read: shard 0 of processes x
+    accumulation, with slot 0's seed and threads; eval is not split into slots."""
+    import importlib.util
+
+    import numpy as np
+
+    from runner.validate import validate
+
+    out_file = project / "train_pipeline.py"
+    code, _, err = run_cli(["compile", exp, "-o", out_file], capsys)
+    assert code == 0, err
+    source = out_file.read_text()
+    assert "pipe = train_pipeline(shard_id=0, num_shards=2, **PIPELINE_ARGS)" in source
+    spec = importlib.util.spec_from_file_location("train_pipeline", out_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pipe = module.train_pipeline(shard_id=0, num_shards=2, **module.PIPELINE_ARGS)
+    pipe.build()
+    images, labels = pipe.run()
+    slot0 = next(create_train_loader(validate(exp, accelerator="cpu"), Dist(), 2).epoch())[0]
+    assert slot0.slot == 0
+    assert np.array_equal(np.array(images.as_tensor()), slot0.images.numpy())
+    assert np.array(labels.as_tensor()).reshape(-1).tolist() == slot0.labels.tolist()
+    code, out, err = run_cli(["compile", exp, "--pipeline", "eval"], capsys)
+    assert code == 0, err
+    assert "pipe = eval_pipeline(shard_id=0, num_shards=1, **PIPELINE_ARGS)" in out
+
+
 def test_dali_auto_threads_are_split_between_a_process_slots(monkeypatch):
     from runner.config.sections import DataConfig
     from runner.loaders import dali_plan

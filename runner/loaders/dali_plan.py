@@ -224,5 +224,10 @@ def compiled_source(v, role: str) -> str:
         raise ConfigError(f"the experiment has no {role} pipeline (pipelines.{role} is not set).",
                           file=v.loaded.path, where=f"pipelines.{role}")
     origin = display_path(v.loaded.path) + (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else "")
-    return emit_source(v.graphs[role], pipeline_args(cfg.data, cfg.pipelines, role, v.target, cfg.seed),
-                       origin=origin)
+    target, graph = v.target, v.graphs[role]
+    if role != "eval" and v.accumulation > 1:  # each reader slot is a shard of processes x accumulation: slot 0's
+        from runner.accumulate import slot_views
+
+        target = slot_views(v.target, v.accumulation)[0]
+        graph = checked_pipelines(v.loaded, target, roles=("train",))[role]
+    return emit_source(graph, pipeline_args(cfg.data, cfg.pipelines, role, target, cfg.seed), origin=origin)
