@@ -113,12 +113,29 @@ def find_model(name: str, at: dict[str, Any]) -> Callable[..., Any]:
         if timm is None:
             raise ConfigError(f"{name} is one of timm's models, and timm is not installed. Install runner's timm "
                               f"extra: {TIMM_EXTRA}; `runner models timm/` then lists its models.", **at)
+        if name not in timm and "." in name:
+            return _tagged_timm_builder(name, timm, at)
         return timm.get(name, **at)
     timm = timm_models() if name not in MODELS else None
     if timm is not None and TIMM_PREFIX + name in timm:
         raise ConfigError(f"unknown model '{name}'. torchvision has no {name}; timm's is written "
                           f"'{TIMM_PREFIX}{name}'.", **at)
     return MODELS.get(name, **at)
+
+
+def _tagged_timm_builder(name: str, registry: Registry, at: dict[str, Any]) -> Callable[..., Any]:
+    """`timm/ARCH.TAG` (timm/resnet50.a1_in1k): the architecture built under the pretrained tag's configuration
+    (its classifier names, mean, std), randomly initialised as every model is; model.init loads the weights."""
+    import timm
+
+    arch, tag = name[len(TIMM_PREFIX):].split(".", 1)
+    registry.get(TIMM_PREFIX + arch, **at)  # an unknown architecture: the registry's error and nearest names
+    tagged = timm.list_pretrained(f"{arch}.*")
+    if name[len(TIMM_PREFIX):] not in tagged:
+        tags = [t.split(".", 1)[1] for t in tagged]
+        raise ConfigError(f"unknown model '{name}': timm's {arch} has no pretrained tag '{tag}'."
+                          f"{did_you_mean(tag, tags)} Its tags: {', '.join(tags) or 'none'}.", **at)
+    return _timm_builder(name[len(TIMM_PREFIX):])
 
 
 def check_model(cfg: ModelConfig, locate: Locator | None = None) -> None:

@@ -1042,6 +1042,15 @@ MODEL_CASES = [
          expected="command line 'model.name=timm/qwen3_vit_88m_enc': model.name: timm/qwen3_vit_88m_enc has no "
                   "classifier: it returns features, not model.num_classes logits. Pick one of timm's classification "
                   "models (`runner models timm/`)."),
+    Case("timm pretrained tag that the architecture lacks", args=[*VALIDATE, "model.name=timm/resnet18.a1_in1kk"],
+         expected="command line 'model.name=timm/resnet18.a1_in1kk': model.name: unknown model "
+                  "'timm/resnet18.a1_in1kk': timm's resnet18 has no pretrained tag 'a1_in1kk'. Did you mean 'a1_in1k'? "
+                  "Its tags: a1_in1k, a2_in1k, a3_in1k, fb_ssl_yfcc100m_ft_in1k, fb_swsl_ig1b_ft_in1k, gluon_in1k, "
+                  "tv_in1k."),
+    Case("timm pretrained tag on an unknown architecture", args=[*VALIDATE, "model.name=timm/resnet5x.a1_in1k"],
+         expected="command line 'model.name=timm/resnet5x.a1_in1k': model.name: unknown model 'timm/resnet5x'. Did "
+                  "you mean 'timm/resnet50'? `runner models timm/` lists timm's 1371 models (a glob narrows it: "
+                  "`runner models 'timm/resnet*'`)."),
     Case("torchvision kwarg on a constructor that computes with tensors", args=[
         *VALIDATE, "model.name=regnet_y_400mf", "model.kwargs={stem_width: 16, dropout: 0.1}"],
          expected="command line 'model.kwargs={stem_width: 16, dropout: 0.1}': model.kwargs: regnet_y_400mf does "

@@ -11,6 +11,7 @@ from runner.models import (
     TIMM_PREFIX,
     TORCHVISION_MODELS,
     build_on_meta,
+    check_model,
     classifier_keys,
     create_model,
     find_model,
@@ -96,6 +97,16 @@ def test_timm_models_run_forward_on_cpu(name):
         out = model(torch.randn(2, 3, side(name), side(name)))
     assert out.shape == (2, 7) and torch.isfinite(out).all()
     assert model.num_classes == 7
+
+
+def test_a_timm_pretrained_tag_builds_its_architecture_under_the_tags_configuration():
+    check_model(ModelConfig(name="timm/vit_tiny_patch16_224.augreg_in21k", num_classes=3))
+    model = create_model(ModelConfig(name="timm/vit_tiny_patch16_224.augreg_in21k", num_classes=3))
+    plain = create_model(ModelConfig(name="timm/vit_tiny_patch16_224", num_classes=3))
+    assert model.pretrained_cfg["tag"] == "augreg_in21k" and model.pretrained_cfg["mean"] == (0.5, 0.5, 0.5)
+    assert plain.pretrained_cfg["tag"] != "augreg_in21k"
+    assert model.state_dict().keys() == plain.state_dict().keys() and model.num_classes == 3
+    assert model(torch.randn(1, 3, 224, 224)).shape == (1, 3)
 
 
 def test_timm_kwargs_reach_the_model():

@@ -29,3 +29,7 @@ def print_models(pattern: str | None) -> None:
     if timm_models() is None:
         console.out.print(f"timm's models (model.name: timm/<name>) are listed once timm is installed: {TIMM_EXTRA}.",
                           markup=False)
+    elif any(source == "timm" for _, source in rows):
+        console.out.print("A timm model may carry one of its pretrained tags, e.g. timm/resnet50.a1_in1k: the tag's "
+                          "configuration (classifier, mean, std), still randomly initialised; model.init loads its "
+                          "weights from a file.", markup=False)
