@@ -128,14 +128,15 @@ def _tagged_timm_builder(name: str, registry: Registry, at: dict[str, Any]) -> C
     (its classifier names, mean, std), randomly initialised as every model is; model.init loads the weights."""
     import timm
 
-    arch, tag = name[len(TIMM_PREFIX):].split(".", 1)
+    timm_name = name[len(TIMM_PREFIX):]
+    arch, tag = timm_name.split(".", 1)
     registry.get(TIMM_PREFIX + arch, **at)  # an unknown architecture: the registry's error and nearest names
     tagged = timm.list_pretrained(f"{arch}.*")
-    if name[len(TIMM_PREFIX):] not in tagged:
+    if timm_name not in tagged:
         tags = [t.split(".", 1)[1] for t in tagged]
         raise ConfigError(f"unknown model '{name}': timm's {arch} has no pretrained tag '{tag}'."
                           f"{did_you_mean(tag, tags)} Its tags: {', '.join(tags) or 'none'}.", **at)
-    return _timm_builder(name[len(TIMM_PREFIX):])
+    return _timm_builder(timm_name)
 
 
 def check_model(cfg: ModelConfig, locate: Locator | None = None) -> None:

@@ -37,8 +37,7 @@ def run(args) -> int:
 
     req = BenchRequest(experiment=args.experiment, overrides=tuple(args.overrides), suite=args.suite,
                        loaders=args.loaders, modes=args.modes, repeat=args.repeat, warmup=args.warmup,
-                       steps=args.steps, window=args.window, entries=args.entries,
-                       out=args.out)
+                       steps=args.steps, window=args.window, entries=args.entries, out=args.out)
     outcome = run_bench(req, run_notes)
     cols = columns(outcome.result)
     shown = [i for i, c in enumerate(cols) if c not in ("configuration", "errors")]  # in the .md; errors below
