@@ -98,6 +98,23 @@ def compiled(net: nn.Module, tc) -> nn.Module:
     return torch.compile(net, mode=None if tc.compile_mode == "default" else tc.compile_mode)
 
 
+@contextlib.contextmanager
+def training_stream(tc, device: torch.device):
+    """trainer.stream_priority: `high` runs what is inside on a new high-priority CUDA stream, ordered after the
+    work already queued on the current one, which in turn waits for it at the end."""
+    if tc.stream_priority == "default" or device.type != "cuda":
+        yield
+        return
+    outer = torch.cuda.current_stream(device)
+    stream = torch.cuda.Stream(device, priority=-1)  # lower is higher; DALI's streams have priority 0
+    stream.wait_stream(outer)
+    try:
+        with torch.cuda.stream(stream):
+            yield
+    finally:
+        outer.wait_stream(stream)
+
+
 def step_begin(tc) -> None:
     """Before each training forward: CUDA-graph modes reuse output buffers, so tell them a new step starts."""
     if tc.compile and tc.compile_mode in CUDA_GRAPH_MODES:
@@ -371,7 +388,13 @@ def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id
 def train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None = None,
           init: InitPlan | None = None) -> RunResult:
     """Train the experiment on this rank: set up, loop over epochs and steps, tear down. `init` (model.init)
-    loads before DDP and the optimizer see the model; a resume's checkpoint replaces it."""
+    loads before DDP and the optimizer see the model; a resume's checkpoint replaces it. All of it runs on the
+    CUDA stream trainer.stream_priority asks for, the loaders' copies of their batches too."""
+    with training_stream(v.config.trainer, d.device):
+        return _train(v, d, tracker, run_id=run_id, resume=resume, init=init)
+
+
+def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, init: InitPlan | None) -> RunResult:
     cfg, tc = v.config, v.config.trainer
     started = time.perf_counter()
 

@@ -212,6 +212,9 @@ CASES = [
     Case("compile mode torch does not have", args=[*VALIDATE, "trainer.compile_mode=fast"],
          expected="command line 'trainer.compile_mode=fast': trainer.compile_mode: 'fast' is not valid; expected one "
                   "of: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs."),
+    Case("stream priority CUDA has no name for", args=[*VALIDATE, "trainer.stream_priority=urgent"],
+         expected="command line 'trainer.stream_priority=urgent': trainer.stream_priority: 'urgent' is not valid; "
+                  "expected one of: default, high."),
     Case("hybrid deal that does not exist", args=[*VALIDATE, "pipelines.train.hybrid.params.size=32",
                                                   "pipelines.train.hybrid.deal=small"],
          expected="command line 'pipelines.train.hybrid.deal=small': pipelines.train.hybrid.deal: 'small' is not "

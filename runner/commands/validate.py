@@ -59,6 +59,7 @@ def print_validated(v: Validated) -> None:
          + f", {cfg.trainer.precision}" + (", channels_last" if cfg.trainer.channels_last else "")
          + ((", torch.compile" + (f" ({cfg.trainer.compile_mode})" if cfg.trainer.compile_mode != "default" else ""))
             if cfg.trainer.compile else "")
+         + (", high-priority CUDA stream" if cfg.trainer.stream_priority == "high" else "")
          + (f", label smoothing {cfg.trainer.label_smoothing:g}" if cfg.trainer.label_smoothing else "")
          + (f", EMA {cfg.trainer.ema.decay:g}" + (" with warm-up" if cfg.trainer.ema.warmup else "")
             if cfg.trainer.ema else "")],

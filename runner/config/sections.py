@@ -94,6 +94,9 @@ class TrainerConfig:
     # torch.compile's mode; reduce-overhead and max-autotune replay CUDA graphs, so the Python loop launches less
     compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     deterministic: bool = False
+    # the CUDA stream training runs on: high puts the model's kernels ahead of DALI's (default priority) whenever
+    # both wait for the GPU's multiprocessors; the kernels and their order, so the results, are the same
+    stream_priority: Literal["default", "high"] = "default"
     label_smoothing: float = bounded(0.0, ge=0, lt=1)
     grad_clip_norm: float | None = bounded(None, gt=0)
     ema: EmaConfig | None = None                # an average of the weights, evaluated beside them (eval_ema/*)
