@@ -440,20 +440,35 @@ def test_a_suite_variable_left_unset_says_how_to_give_it(project, capsys):
                                 f"{REPO / 'bench' / 'suites' / 'compact-cache.yaml'} vars.cache_root=DIR`.")
 
 
-@pytest.mark.parametrize("name", ["gpu", "gpu-loaders", "gpu-overhead", "compact-cache", "cpu", "recipe-cost"])
+@pytest.mark.parametrize("name", ["gpu", "gpu-loaders", "gpu-overhead", "compact-cache", "jpeg-compiled", "cpu",
+                                  "recipe-cost"])
 def test_every_shipped_suite_checks(name):
     from runner.bench.suitefile import load_suite
     from runner.validate import validate
     from tests.conftest import REPO
 
-    words = ["vars.cache_root=/data/compact"] if name == "compact-cache" else []
-    suite = load_suite(REPO / "bench" / "suites" / f"{name}.yaml", [*words, "data.root=/d"])
+    words = {"compact-cache": ["vars.cache_root=/data/compact"], "jpeg-compiled": ["vars.data_root=/data/jpegs"]}
+    suite = load_suite(REPO / "bench" / "suites" / f"{name}.yaml", [*words.get(name, []), "data.root=/d"])
     assert suite.warmup % suite.window == 0 and suite.steps % suite.window == 0
     for e in suite.entries:
         assert e.overrides[-1] == "data.root=/d"  # the command line's override comes last: it wins
         validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
     if name == "compact-cache":
         assert "data.root=/data/compact" in suite.entries[0].overrides
+
+
+def test_stream_priority_is_not_a_step_setting_so_every_placement_shares_one_ceiling():
+    from runner.bench.suite import plan
+    from runner.bench.suitefile import load_suite
+    from runner.validate import validate
+    from tests.conftest import REPO
+
+    suite = load_suite(REPO / "bench" / "suites" / "jpeg-compiled.yaml", ["vars.data_root=/data/jpegs"])
+    jobs = plan(suite, [validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
+                        for e in suite.entries])
+    assert [j.row.name for j in jobs] == ["ceiling (compiled)", "shipped/dali", "share-0.7/dali", "share-0.8/dali",
+                                          "share-0.8-nice/dali", "share-0.8-default-priority/dali"]
+    assert [j.row.ceiling for j in jobs[1:]] == ["ceiling (compiled)"] * 5
 
 
 def test_mix_and_ema_are_step_settings_so_each_recipe_is_measured_as_its_own_ceiling():

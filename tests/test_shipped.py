@@ -25,8 +25,9 @@ def test_the_compiled_experiment_splits_each_batch_and_validate_says_how(capsys,
     assert code == 0, err
     text = " ".join(out.replace("│", " ").split())  # the table's cells, unwrapped
     assert "torch.compile" in text
-    assert "51 of each batch" in text
-    assert "205 of each batch with decode_device=cpu, from the smallest files" in text
+    assert "102 of each batch" in text
+    assert "high-priority CUDA stream" in text
+    assert "154 of each batch with decode_device=cpu, from the smallest files" in text
 
 
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
