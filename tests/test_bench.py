@@ -214,7 +214,11 @@ def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
     v = validate(tiny, accelerator="gpu")
     ks = knobs(v)
     assert next(k for k in ks if k.key == CPU_SHARE).values == (0.0, 1.0, 0.6, 0.7, 0.8)
+    # the stream's priority first: the share is searched on the better stream
+    assert (ks[0].key, ks[0].values) == ("trainer.stream_priority", ("default", "high"))
     start = baseline_settings(v, ks)
+    assert start["trainer.stream_priority"] == "default"
+    assert "trainer.stream_priority=high" in as_overrides({**start, "trainer.stream_priority": "high"})
     assert start[CPU_SHARE] == 0.0  # imagenet_train decodes on the GPU as written
     expected = {0.0: {"pipelines.train.params.decode_device=mixed", "pipelines.train.hybrid=null"},
                 1.0: {"pipelines.train.params.decode_device=cpu", "pipelines.train.hybrid=null"},
@@ -224,8 +228,9 @@ def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
         assert overrides <= set(as_overrides({**start, CPU_SHARE: share}))
     hybrid = validate(tiny, as_overrides({**start, CPU_SHARE: 0.7}), accelerator="gpu").loaded.pipelines["train"].hybrid
     assert (hybrid.share, hybrid.params, hybrid.deal) == (0.7, {"decode_device": "cpu"}, "smallest")
-    written = yaml.safe_load(tuned_yaml(TuneResult(baseline=Trial(start), best=Trial({**start, CPU_SHARE: 0.7})), "h",
-                                        "tiny.yaml"))
+    written = yaml.safe_load(tuned_yaml(TuneResult(baseline=Trial(start), best=Trial(
+        {**start, CPU_SHARE: 0.7, "trainer.stream_priority": "high"})), "h", "tiny.yaml"))
+    assert written["trainer"] == {"stream_priority": "high"}
     assert written["pipelines"]["train"]["hybrid"] == {"share": 0.7, "params": {"decode_device": "cpu"},
                                                        "deal": "smallest"}
     # the experiment as written, when it already splits the batch

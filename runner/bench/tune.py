@@ -65,6 +65,8 @@ def knobs(v, processes: int = 1) -> list[Knob]:
     cores = max(1, cpu_cores() // processes)
     gpu = v.target.accelerator == "gpu"  # without a GPU every step runs on the CPU: no placement to choose
     out = []
+    if gpu and train is not None:  # first: the best share depends on whether DALI's GPU work yields to the model's
+        out.append(Knob("trainer.stream_priority", ("default", "high"), "training stream priority"))
     custom_hybrid = train is not None and train.hybrid is not None and train.hybrid.params != {"decode_device": "cpu"}
     if gpu and "decode_device" in params and not custom_hybrid:
         out.append(Knob(CPU_SHARE, (0.0, 1.0, 0.6, 0.7, 0.8), "share decoded on CPU"))
@@ -84,6 +86,7 @@ def baseline_settings(v, ks: list[Knob], processes: int = 1) -> dict[str, Any]:
 
     train = v.loaded.pipelines["train"]
     current = {"pipelines.train.use": train.name, "data.prefetch": v.config.data.prefetch,
+               "trainer.stream_priority": v.config.trainer.stream_priority,
                CPU_SHARE: cpu_share(train),
                "data.num_threads": dali_threads(v.config.data, Dist(v.target.accelerator, local_world=processes))}
     for k in ks:

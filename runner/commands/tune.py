@@ -9,7 +9,7 @@ from runner.errors import display_path
 def register(sub) -> None:
     p = sub.add_parser("tune", help="measure decode placement, threads, prefetch...; write the best as overrides")
     add_experiment(p)
-    p.add_argument("--max-trials", type=int, default=12,
+    p.add_argument("--max-trials", type=int, default=14,
                    help="end-to-end runs in the search (each ~warmup+steps steps); then the winner and the "
                         "experiment as written run once more")
     p.add_argument("--warmup", type=int, default=50)
