@@ -486,9 +486,9 @@ def test_mix_and_ema_are_step_settings_so_each_recipe_is_measured_as_its_own_cei
     jobs = plan(suite, [validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
                         for e in suite.entries])
     assert [(j.row.name, j.row.is_ceiling, j.overrides[1:]) for j in jobs] == [
-        ("ceiling (eager, mix: off, ema: off)", True,
+        ("plain (ceiling: eager, mix: off, ema: off)", True,
          ("data.synth.classes=100", "data.synth.per_class=1280", "data.loader=synthetic")),
-        ("ceiling (eager, mix: mixup_alpha 0.2, cutmix_alpha 1.0, ema: on)", True,
+        ("mix-ema (ceiling: eager, mix: mixup_alpha 0.2, cutmix_alpha 1.0, ema: on)", True,
          ("data.synth.classes=100", "data.synth.per_class=1280", "pipelines.train.mix.mixup_alpha=0.2", "pipelines.train.mix.cutmix_alpha=1.0", "trainer.ema.decay=0.9998",
           "data.loader=synthetic"))]
 

@@ -127,7 +127,10 @@ def plan(suite: Suite, validated: list) -> list[Job]:
         if suite.own_ceilings:
             if key not in ceilings:
                 synthetic = variants(v, ["synthetic"])[0]
-                row = Row("synthetic", synthetic.description, entry=f"ceiling ({ceiling_label(settings, every)})",
+                label = ceiling_label(settings, every)
+                # an entry that measures only the ceiling (e.g. the cost of a recipe's step) gives the row its name
+                name = f"{entry.name} (ceiling: {label})" if list(entry.loaders) == ["synthetic"] else f"ceiling ({label})"
+                row = Row("synthetic", synthetic.description, entry=name,
                           experiment=entry.experiment, overrides=list(entry.overrides), settings=settings,
                           is_ceiling=True)
                 row.ceiling = row.name
