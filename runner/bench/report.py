@@ -89,17 +89,21 @@ def markdown(result: BenchResult) -> str:
 def chart(result: BenchResult, path: Path) -> Path:
     """Horizontal bars: training img/s per row (its share of its ceiling beside it; one ceiling also as a line) and
     loader-only img/s, a panel for each mode that was measured; bars at the median, error bars over min-max."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r.name for r in result.rows]
+    names = ["\n".join(textwrap.wrap(r.name, 34)) for r in result.rows]  # long row names would squeeze the bars
+    label_lines = sum(n.count("\n") + 1 for n in names)
     panels = [(mode, title, [r.stat(mode, "images_per_s") for r in result.rows], color)
               for mode, title, color in (("e2e", "training, end to end (img/s)", "#4c72b0"),
                                          ("loader", "loader only (img/s)", "#55a868"))]
     panels = [p for p in panels if any(p[2]) or any(p[0] in r.errors for r in result.rows)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5, 0.6 * len(names) + 2), sharey=True,
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5,
+                                                          max(0.6 * len(names), 0.3 * label_lines) + 2), sharey=True,
                              squeeze=False)
     axes = axes[0]
     y = range(len(names))
