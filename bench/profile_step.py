@@ -113,20 +113,22 @@ def main(argv: list[str]) -> int:
     from runner.bench.measure import BareStep, sync_device
     from runner.dist import setup
     from runner.launch import torch_threads
+    from runner.train import training_stream
     from runner.validate import validate
 
     v = validate(args.experiment, ["tracking.enabled=false", *args.overrides])
     d = setup(v.target.accelerator)
     torch_threads(d)
-    step = BareStep(v, d)
-    step.warm_up(args.warmup)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
-    before, t = thread_times(), time.perf_counter()
-    with profile(activities=activities) as prof:
-        for _ in range(args.steps):
-            step()
-        sync_device(d)
-    seconds, after = time.perf_counter() - t, thread_times()
+    with training_stream(v.config.trainer, d.device):  # the stream train() runs on
+        step = BareStep(v, d)
+        step.warm_up(args.warmup)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
+        before, t = thread_times(), time.perf_counter()
+        with profile(activities=activities) as prof:
+            for _ in range(args.steps):
+                step()
+            sync_device(d)
+        seconds, after = time.perf_counter() - t, thread_times()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"

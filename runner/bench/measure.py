@@ -136,13 +136,16 @@ class BareStep:
 
 
 def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
-    step = BareStep(v, d)
-    step.warm_up(warmup)
-    t = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-    sync_device(d)
-    dt = time.perf_counter() - t
+    from runner.train import training_stream
+
+    with training_stream(v.config.trainer, d.device):  # the stream train() runs on
+        step = BareStep(v, d)
+        step.warm_up(warmup)
+        t = time.perf_counter()
+        for _ in range(steps):
+            loss = step()
+        sync_device(d)
+        dt = time.perf_counter() - t
     return {"images_per_s": steps * v.config.data.batch_size / dt, "data_wait_share": step.wait / dt,
             "seconds": dt, "steps": steps, "final_loss": loss.item()}
 
