@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -445,14 +446,22 @@ def test_a_suite_variable_left_unset_says_how_to_give_it(project, capsys):
                                 f"{REPO / 'bench' / 'suites' / 'compact-cache.yaml'} vars.cache_root=DIR`.")
 
 
-@pytest.mark.parametrize("name", ["gpu", "gpu-loaders", "gpu-overhead", "compact-cache", "jpeg-compiled", "cpu",
-                                  "recipe-cost"])
+SHIPPED_SUITES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "bench" / "suites").glob("*.yaml"))
+
+
+def test_the_shipped_suites_are_the_ones_checked_below():
+    assert SHIPPED_SUITES == ["compact-cache", "cpu", "gpu", "gpu-loaders", "gpu-overhead", "jpeg-compiled",
+                              "recipe-cost", "stream-priority-eager"]
+
+
+@pytest.mark.parametrize("name", SHIPPED_SUITES)
 def test_every_shipped_suite_checks(name):
     from runner.bench.suitefile import load_suite
     from runner.validate import validate
     from tests.conftest import REPO
 
-    words = {"compact-cache": ["vars.cache_root=/data/compact"], "jpeg-compiled": ["vars.data_root=/data/jpegs"]}
+    words = {"compact-cache": ["vars.cache_root=/data/compact"], "jpeg-compiled": ["vars.data_root=/data/jpegs"],
+             "stream-priority-eager": ["vars.data_root=/data/jpegs"]}
     suite = load_suite(REPO / "bench" / "suites" / f"{name}.yaml", [*words.get(name, []), "data.root=/d"])
     assert suite.warmup % suite.window == 0 and suite.steps % suite.window == 0
     for e in suite.entries:
@@ -471,9 +480,10 @@ def test_stream_priority_is_not_a_step_setting_so_every_placement_shares_one_cei
     suite = load_suite(REPO / "bench" / "suites" / "jpeg-compiled.yaml", ["vars.data_root=/data/jpegs"])
     jobs = plan(suite, [validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
                         for e in suite.entries])
-    assert [j.row.name for j in jobs] == ["ceiling (compiled)", "shipped/dali", "share-0.7/dali", "share-0.8/dali",
+    assert [j.row.name for j in jobs] == ["ceiling (compiled)", "shipped/dali", "share-0.5/dali", "share-0.4/dali",
+                                          "share-0.25/dali", "gpu-decode/dali", "share-0.7/dali", "share-0.8/dali",
                                           "share-0.8-nice/dali", "share-0.8-default-priority/dali"]
-    assert [j.row.ceiling for j in jobs[1:]] == ["ceiling (compiled)"] * 5
+    assert [j.row.ceiling for j in jobs[1:]] == ["ceiling (compiled)"] * 9
 
 
 def test_mix_and_ema_are_step_settings_so_each_recipe_is_measured_as_its_own_ceiling():
