@@ -35,6 +35,14 @@ def test_a_setting_waiting_for_data_names_the_jpeg_cache(wait, gpu, busy, seen):
         f"the best setting still waits for data ({seen}): the input pipeline is the limit, not the model. {CACHE_ADVICE}")
 
 
+def test_the_verdict_says_how_busy_the_host_cpus_were():
+    trial = Trial({}, result={"images_per_s": 6375.0, "data_wait_share": 0.082, "gpu_util_pct": 94.0,
+                              "cpu_busy_pct": 97.4, "train_thread_busy_pct": 49.0})
+    assert decode_limit(trial, DATA) == (
+        "the best setting still waits for data (data wait 8.2% of the step time, GPU busy 94%, host CPUs busy 97%, "
+        f"training thread busy 49%): the input pipeline is the limit, not the model. {CACHE_ADVICE}")
+
+
 @pytest.mark.parametrize("wait, gpu, busy", [
     (0.0, 99.0, 98.0),    # the synthetic ceiling: the GPU is the limit
     (0.082, 99.5, 60.0),  # eager CPU decode at 99.2% of the ceiling: the thread waits, but the GPU is full
@@ -83,3 +91,17 @@ def test_reading_the_decoded_cache_suggests_the_jpeg_cache():
         "50%): the input pipeline is the limit, not the model. It reads the decoded cache (.npy): reading its files is the "
         "limit; a compact JPEG cache reads about 5x fewer bytes: `runner data cache /data/imagenet DST --format jpeg "
         "--max-side 320 --quality 90`, then data.root=DST.")
+
+
+def test_the_trial_table_shows_the_host_cpus_beside_the_gpu():
+    from runner.bench.tune import Knob, TuneResult
+    from runner.bench.tuning import trial_table
+
+    ks = [Knob("pipelines.train.hybrid.share", (0.6, 0.8), "CPU share")]
+    written = Trial({"pipelines.train.hybrid.share": 0.8},
+                    result={"images_per_s": 6132.0, "data_wait_share": 0.04, "gpu_util_pct": 91.0, "cpu_busy_pct": 98.6})
+    tuned = Trial({"pipelines.train.hybrid.share": 0.6}, result={"images_per_s": 6375.0, "data_wait_share": 0.082})
+    title, columns, rows = trial_table("e.yaml", 200, ks, TuneResult(baseline=written, best=tuned,
+                                                                     trials=[written, tuned]))
+    assert columns == ["CPU share", "train img/s", "data wait", "GPU util", "host CPU busy", ""]
+    assert rows == [["0.8", "6,132", "4.0%", "91%", "99%", "as written"], ["0.6", "6,375", "8.2%", "-", "-", "best"]]

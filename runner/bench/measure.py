@@ -91,11 +91,12 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     # equal images per window: the rate over all of them is the harmonic mean of the window rates
     ips = len(kept) / sum(1 / m["loader/images_per_s"] for m in kept)
     utils = [m["gpu/util_pct"] for m in kept if "gpu/util_pct" in m]
+    cpu = [m["cpu/system_pct"] for m in kept if "cpu/system_pct" in m]  # all cores: is the host out of CPU?
     # the threads that launch the step's CUDA work: busy near 100% or queued, and the GPU waits for them
     launch = {f.name: _mean([m[f"cpu/{f.name}"] for m in kept if f"cpu/{f.name}" in m])
               for f in fields(LaunchThreadsWindow)}
     return {"images_per_s": ips, "data_wait_share": sum(m["loader/data_wait_share"] for m in kept) / len(kept),
-            "gpu_util_pct": _mean(utils), "windows": len(kept), **launch,
+            "gpu_util_pct": _mean(utils), "cpu_busy_pct": _mean(cpu), "windows": len(kept), **launch,
             "steps": result.steps - warmup, "batch": batch, "final_loss": kept[-1]["train/loss"]}
 
 

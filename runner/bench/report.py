@@ -11,7 +11,7 @@ from runner.bench.suite import BenchResult, Row
 from runner.console import percent
 
 COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
-           "training thread busy / queued", "bare-loop img/s", "runner/bare", "errors"]
+           "host CPU busy", "training thread busy / queued", "bare-loop img/s", "runner/bare", "errors"]
 SHARE_OF_ROUNDS = "of ceiling (median of per-round ratios)"
 
 
@@ -51,7 +51,8 @@ def rows(result: BenchResult) -> list[list[str]]:
         cells = [_cell(r.stat("loader", "images_per_s"), n, _num), _cell(r.stat("e2e", "images_per_s"), n, _num),
                  "-" if r.is_ceiling else _cell(result.share(r), n, percent, lambda x: f"{100 * x:.1f}"),
                  _cell(r.stat("e2e", "gpu_util_pct"), n, _util, lambda x: f"{x:.0f}"),
-                 _cell(r.stat("e2e", "data_wait_share"), n, percent, lambda x: f"{100 * x:.1f}"), _threads(r, n),
+                 _cell(r.stat("e2e", "data_wait_share"), n, percent, lambda x: f"{100 * x:.1f}"),
+                 _cell(r.stat("e2e", "cpu_busy_pct"), n, _util, lambda x: f"{x:.0f}"), _threads(r, n),
                  _cell(r.stat("bare", "images_per_s"), n, _num),
                  _cell(overhead, n, percent, lambda x: f"{100 * x:.1f}"), _errors(r, n)]
         head = [r.name, r.description] if result.suite is None else \

@@ -14,7 +14,8 @@ from runner.bench.suite import BenchResult, Row
 
 # (column, mode, result key): each reported as _median, _min, _max
 MEASURED = [("images_per_s", "e2e", "images_per_s"), ("data_wait_share", "e2e", "data_wait_share"),
-            ("gpu_util_pct", "e2e", "gpu_util_pct"), ("train_thread_busy_pct", "e2e", "train_thread_busy_pct"),
+            ("gpu_util_pct", "e2e", "gpu_util_pct"), ("cpu_busy_pct", "e2e", "cpu_busy_pct"),
+            ("train_thread_busy_pct", "e2e", "train_thread_busy_pct"),
             ("train_thread_queued_pct", "e2e", "train_thread_queued_pct"),
             ("loader_images_per_s", "loader", "images_per_s"), ("bare_images_per_s", "bare", "images_per_s")]
 IDENTITY = ["suite", "entry", "loader", "experiment", "overrides", "ceiling", "model", "batch_size", "image_size",

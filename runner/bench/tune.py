@@ -230,6 +230,8 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
     seen = [f"data wait {100 * wait:.1f}% of the step time"]
     if gpu is not None:
         seen.append(f"GPU busy {gpu:.0f}%")
+    if r.get("cpu_busy_pct") is not None:
+        seen.append(f"host CPUs busy {r['cpu_busy_pct']:.0f}%")
     if busy is not None:
         seen.append(f"training thread busy {busy:.0f}%")
     head = (f"the best setting still waits for data ({', '.join(seen)}): the input pipeline is the limit, not the "
