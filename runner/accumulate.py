@@ -84,6 +84,14 @@ class SlotLoader:
                 return
             yield [MicroBatch(slot, *b) for slot, b in zip(self.slots, batches)]
 
+    def part_waits(self) -> dict[str, float]:
+        """Seconds spent waiting for each pipeline of a hybrid loader, over the slots; {} without one."""
+        total: dict[str, float] = {}
+        for loader in self.loaders:
+            for name, seconds in getattr(loader, "part_waits", dict)().items():
+                total[name] = total.get(name, 0.0) + seconds
+        return total
+
     def state(self) -> Any:
         """The reader positions: the one loader's state as it is without accumulation, else one per slot."""
         states = [loader.state() for loader in self.loaders]

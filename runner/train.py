@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -313,10 +313,18 @@ class Window:
 class Telemetry:
     """The loader meter and the CPU, launch-thread and GPU samplers, read at each window and epoch end."""
 
-    def __init__(self, d: Dist):
+    def __init__(self, d: Dist, part_waits: Callable[[], dict[str, float]] = dict):
         self.meter, self.cpu, self.launch = LoaderMeter(), CpuSampler(), LaunchThreadsSampler()
         self.gpu = GpuSampler([d.local_rank]).start() if d.device.type == "cuda" else None
         self.gpu_utils: list[float] = []  # this epoch's window readings
+        self.part_waits, self._waited = part_waits, part_waits()  # a hybrid loader's seconds per pipeline, in all
+
+    def part_wait_shares(self, seconds: float) -> dict[str, float]:
+        """Each pipeline's wait since the last call, as a share of `seconds` (the window's wall time)."""
+        now = self.part_waits()
+        shares = {name: (now[name] - self._waited.get(name, 0.0)) / seconds if seconds > 0 else 0.0 for name in now}
+        self._waited = now
+        return shares
 
     def start_epoch(self) -> None:
         self.gpu_utils = []
@@ -331,14 +339,16 @@ def log_window(window: Window, t: Telemetry, s: Step, d: Dist, stop: StopRequest
                epoch: float) -> tuple[dict[str, float], bool]:
     """The window's metrics summed over ranks, and whether any rank was asked to stop; resets the window."""
     loader = t.meter.window()
+    parts = t.part_wait_shares(loader.seconds)  # the same pipelines, in the same order, on every rank
     loss_total, correct_total = torch.stack([window.loss.float(), window.correct.float()]).tolist()  # one sync
-    # one small all-reduce carries the sums, the throughput and the stop request
+    # one small all-reduce carries the sums, the throughput, the stop request and a hybrid's waits per pipeline
     totals = all_sum([loss_total, correct_total, window.batches, window.seen, loader.images_per_s,
-                      loader.data_wait_share, 1.0 if stop.signal is not None else 0.0], d).tolist()
+                      loader.data_wait_share, 1.0 if stop.signal is not None else 0.0, *parts.values()], d).tolist()
     metrics = {"train/loss": totals[0] / max(totals[2], 1), "train/top1": totals[1] / max(totals[3], 1),
                "train/lr": s.scheduler.get_last_lr()[0], "train/epoch": epoch,
                "loader/images_per_s": totals[4], "loader/images_per_s_per_device": totals[4] / d.world,
                "loader/data_wait_share": totals[5] / d.world,
+               **{f"loader/data_wait_share/{name}": x / d.world for name, x in zip(parts, totals[7:])},
                **t.cpu.window().metrics()}
     threads = t.launch.window()
     if threads:
@@ -415,7 +425,7 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
     kept = CheckpointLog(tc, ckpt_dir, tracker) if d.main else None
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
-    telemetry = Telemetry(d)
+    telemetry = Telemetry(d, train_loader.part_waits)
     previews = BatchPreview(v, tracker, d, enabled=resume is None)  # what the run trained on, as grids
     result = RunResult(run_id=run_id, status="FINISHED")
 

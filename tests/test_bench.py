@@ -65,6 +65,26 @@ def test_the_bare_loop_row_compares_runner_with_the_same_loader(tiny, project, c
     assert f" | {overhead} |" in (project / "b" / "bench.md").read_text()
 
 
+def test_a_hybrid_row_says_which_pipeline_the_loop_waited_for(tiny, project, capsys):
+    from runner.console import percent
+
+    code, out, err = run_cli(["bench", tiny, "--loaders", "dali", "--modes", "e2e", "--warmup", "2", "--steps", "4",
+                              "--window", "2", "--out", project / "b", "pipelines.train.hybrid.share=0.5",
+                              "pipelines.train.hybrid.params.decode_device=cpu"], capsys)
+    assert code == 0, err + out
+    result = json.loads((project / "b" / "bench.json").read_text())
+    e2e = result["rows"][0]["e2e"]
+    train, copy = e2e["data_wait_share.train"], e2e["data_wait_share.train.hybrid"]
+    assert 0 < train < 1 and 0 < copy < 1
+    md = (project / "b" / "bench.md").read_text()
+    assert f" | {percent(e2e['data_wait_share'])}: train {percent(train)}, train.hybrid {percent(copy)} | " in md
+    client = MlflowClient(f"sqlite:///{project}/mlflow.db")
+    child = next(r for r in client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+                 if r.data.tags.get("runner.bench.variant") == "dali")
+    history = client.get_metric_history(child.info.run_id, "loader/data_wait_share/train.hybrid")
+    assert [m.step for m in history] == [2, 4, 6]  # one per window: the warm-up's and the measured two
+
+
 def test_a_torchvision_row_on_other_images_than_the_ceiling_is_flagged(tiny, project, capsys):
     args = ["bench", tiny, "--loaders", "synthetic,torchvision", "--modes", "loader", "--warmup", "2", "--steps", "2",
             "--window", "2", "tracking.enabled=false", "data.torchvision.num_workers=0"]

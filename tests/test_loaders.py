@@ -175,6 +175,22 @@ def test_a_hybrid_loader_resumes_both_copies_where_they_stopped(project, image_d
     assert [names(b[0]) for b in resumed.epoch(start_batch=1)] == first[1:]
 
 
+def test_a_hybrid_loader_times_the_wait_for_each_pipeline(project, image_dataset):
+    from runner.accumulate import SlotLoader
+
+    _, [a, b] = hybrid_loaders(project, image_dataset, 4, 0.5, 2)
+    assert a.part_waits() == {"train": 0.0, "train.hybrid": 0.0}
+    assert len(list(a.epoch())) == a.steps_per_epoch == 3
+    waits = a.part_waits()
+    assert list(waits) == ["train", "train.hybrid"] and all(w > 0 for w in waits.values())
+    list(b.epoch())
+    assert SlotLoader([a, b], [0, 1]).part_waits() == {k: a.part_waits()[k] + b.part_waits()[k] for k in waits}
+    v = validate(project / "experiments" / "hybrid.yaml", ["pipelines.train.hybrid=null"], accelerator="cpu")
+    single = create_loader(v, "train", Dist())
+    list(single.epoch())
+    assert single.part_waits() == {}  # one pipeline: its wait is the loop's data wait
+
+
 def test_a_hybrid_image_pipeline_decodes_on_both_copies(project, image_dataset):
     (project / "experiments" / "e.yaml").write_text(
         f"data: {{root: {image_dataset}, batch_size: 4}}\n"

@@ -43,6 +43,14 @@ def test_the_verdict_says_how_busy_the_host_cpus_were():
         f"training thread busy 49%): the input pipeline is the limit, not the model. {CACHE_ADVICE}")
 
 
+def test_the_verdict_names_the_pipeline_of_a_hybrid_the_loop_waited_for():
+    trial = Trial({}, result={"images_per_s": 6375.0, "data_wait_share": 0.082, "gpu_util_pct": 94.0,
+                              "data_wait_share.train.hybrid": 0.072, "data_wait_share.train": 0.01})
+    assert decode_limit(trial, DATA).startswith(
+        "the best setting still waits for data (data wait 8.2% of the step time (train 1.0%, train.hybrid 7.2%), GPU "
+        "busy 94%): the input pipeline is the limit, not the model.")
+
+
 @pytest.mark.parametrize("wait, gpu, busy", [
     (0.0, 99.0, 98.0),    # the synthetic ceiling: the GPU is the limit
     (0.082, 99.5, 60.0),  # eager CPU decode at 99.2% of the ceiling: the thread waits, but the GPU is full

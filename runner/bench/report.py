@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.bench.stats import Spread, ratios, spread
+from runner.bench.stats import Spread, part_waits, ratios, spread
 from runner.bench.suite import BenchResult, Row
 from runner.console import percent
 
@@ -51,8 +51,7 @@ def rows(result: BenchResult) -> list[list[str]]:
         cells = [_cell(r.stat("loader", "images_per_s"), n, _num), _cell(r.stat("e2e", "images_per_s"), n, _num),
                  "-" if r.is_ceiling else _cell(result.share(r), n, percent, lambda x: f"{100 * x:.1f}"),
                  _cell(r.stat("e2e", "gpu_util_pct"), n, _util, lambda x: f"{x:.0f}"),
-                 _cell(r.stat("e2e", "data_wait_share"), n, percent, lambda x: f"{100 * x:.1f}"),
-                 _cell(r.stat("e2e", "cpu_busy_pct"), n, _util, lambda x: f"{x:.0f}"), _threads(r, n),
+                 _wait(r, n), _cell(r.stat("e2e", "cpu_busy_pct"), n, _util, lambda x: f"{x:.0f}"), _threads(r, n),
                  _cell(r.stat("bare", "images_per_s"), n, _num),
                  _cell(overhead, n, percent, lambda x: f"{100 * x:.1f}"), _errors(r, n)]
         head = [r.name, r.description] if result.suite is None else \
@@ -67,6 +66,14 @@ def _errors(r: Row, repeat: int) -> str:
         failed = sum(1 for x in r.runs.get(mode, []) if x is None)
         parts.append(f"{mode}: failed" + (f" {failed} of {repeat}" if repeat > 1 else ""))
     return "; ".join(parts)
+
+
+def _wait(r: Row, repeat: int) -> str:
+    """The data wait and, for a hybrid, each pipeline's part of it (medians over the rounds)."""
+    cell = _cell(r.stat("e2e", "data_wait_share"), repeat, percent, lambda x: f"{100 * x:.1f}")
+    names = list(dict.fromkeys(name for run in r.runs.get("e2e", []) if run for name in part_waits(run)))
+    parts = [f"{name} {percent(s.median)}" for name in names if (s := r.stat("e2e", f"data_wait_share.{name}"))]
+    return f"{cell}: {', '.join(parts)}" if parts else cell
 
 
 def _threads(r: Row, repeat: int) -> str:

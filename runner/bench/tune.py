@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.bench.stats import part_waits
 from runner.machine import cpu_cores
 
 FUSED, SEPARATE = "imagenet_train_fused", "imagenet_train"
@@ -227,7 +228,8 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
     idle = gpu_short and busy is not None and busy < THREAD_IDLE
     if not (waits or idle):
         return None
-    seen = [f"data wait {100 * wait:.1f}% of the step time"]
+    parts = ", ".join(f"{name} {100 * x:.1f}%" for name, x in part_waits(r).items())
+    seen = [f"data wait {100 * wait:.1f}% of the step time" + (f" ({parts})" if parts else "")]
     if gpu is not None:
         seen.append(f"GPU busy {gpu:.0f}%")
     if r.get("cpu_busy_pct") is not None:

@@ -9,8 +9,8 @@ docs/pipelines.md), and equal step counts across ranks are what DDP needs anyway
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +32,11 @@ class DaliLoader:
     concatenated: [base part | copy part]."""
 
     def __init__(self, iterators: list, role: str, totals: list[int], batches: list[int], target: Dist,
-                 folder=None):
-        """`totals`: the samples each reader lists, over all shards (its epoch_size)."""
+                 folder=None, parts: list[str] | None = None):
+        """`totals`: the samples each reader lists, over all shards (its epoch_size); `parts`: the pipelines' names."""
         self.its, self.role, self.device, self.folder = iterators, role, target.device, folder
+        self.parts = parts or [role]
+        self.wait_s = [0.0] * len(iterators)  # seconds next() blocked on each pipeline, in all
         world, rank = target.world, target.rank
         if sum(totals) == 0:
             raise DataError(f"the {role} pipeline's reader found no files.")
@@ -66,7 +68,7 @@ class DaliLoader:
                 args = dataclasses.replace(args, checkpoint=part_state)
             built.append(_iterator(data, graphs[part], args, target, folder, at))
         return cls([it for it, _, _ in built], role, [t for _, t, _ in built], [b for _, _, b in built], target,
-                   folder=folder)
+                   folder=folder, parts=parts)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
@@ -74,9 +76,30 @@ class DaliLoader:
         except RuntimeError as e:
             raise_for_decode(e, self.role, self.folder)
 
+    def part_waits(self) -> dict[str, float]:
+        """Seconds spent waiting for each pipeline of a hybrid (its base, then its copy, in the order they are read);
+        {} for a single pipeline, whose wait is the loop's data wait."""
+        return dict(zip(self.parts, self.wait_s)) if len(self.its) > 1 else {}
+
+    def _batches(self) -> Iterator[list]:
+        """Every pipeline's next outputs (None from one that has ended) until all have ended, like zip_longest,
+        timing each next(): the base's wait, then what the copy adds."""
+        ended = [False] * len(self.its)
+        while True:
+            outputs = []
+            for i, it in enumerate(self.its):
+                t0 = time.perf_counter()
+                out = None if ended[i] else next(it, None)
+                self.wait_s[i] += time.perf_counter() - t0
+                ended[i] = out is None
+                outputs.append(out)
+            if all(ended):
+                return
+            yield outputs
+
     def _epoch(self, start_batch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         yielded = start_batch
-        for outputs in itertools.zip_longest(*self.its):
+        for outputs in self._batches():
             if self.role == "train" and yielded >= self.steps_per_epoch:
                 continue  # drain the remainder so the reader ends the epoch where DALI expects
             images = [out[0]["images"] for out in outputs]
