@@ -66,6 +66,8 @@ def test_the_bare_loop_row_compares_runner_with_the_same_loader(tiny, project, c
 
 
 def test_a_hybrid_row_says_which_pipeline_the_loop_waited_for(tiny, project, capsys):
+    import csv
+
     from runner.console import percent
 
     code, out, err = run_cli(["bench", tiny, "--loaders", "dali", "--modes", "e2e", "--warmup", "2", "--steps", "4",
@@ -78,6 +80,9 @@ def test_a_hybrid_row_says_which_pipeline_the_loop_waited_for(tiny, project, cap
     assert 0 < train < 1 and 0 < copy < 1
     md = (project / "b" / "bench.md").read_text()
     assert f" | {percent(e2e['data_wait_share'])}: train {percent(train)}, train.hybrid {percent(copy)} | " in md
+    line = next(csv.DictReader(next((project / "b").glob("bench-tiny-*.csv")).open()))
+    assert (float(line["data_wait_share_train_median"]), float(line["data_wait_share_train.hybrid_max"])) == \
+        (round(train, 6), round(copy, 6))
     client = MlflowClient(f"sqlite:///{project}/mlflow.db")
     child = next(r for r in client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
                  if r.data.tags.get("runner.bench.variant") == "dali")

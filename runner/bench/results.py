@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from runner.bench.report import markdown
-from runner.bench.stats import Spread, ratios, spread
+from runner.bench.stats import Spread, part_waits, ratios, spread
 from runner.bench.suite import BenchResult, Row
 
 # (column, mode, result key): each reported as _median, _min, _max
@@ -57,7 +57,11 @@ def _ceiling_name(result: BenchResult, r: Row) -> str:
 def csv_text(result: BenchResult) -> str:
     """One line per (row, mode) measured: what identifies it, then n and each number's median, min and max."""
     buf = io.StringIO()
-    cols = [*IDENTITY, "mode", "n", "rounds", *[f"{c}_{s}" for c, _, _ in MEASURED for s in ("median", "min", "max")],
+    # a hybrid's wait per pipeline: a column for each pipeline any row has (train, train.hybrid)
+    parts = list(dict.fromkeys(name for r in result.rows for run in r.runs.get("e2e", []) if run
+                               for name in part_waits(run)))
+    measured = [*MEASURED, *[(f"data_wait_share_{name}", "e2e", f"data_wait_share.{name}") for name in parts]]
+    cols = [*IDENTITY, "mode", "n", "rounds", *[f"{c}_{s}" for c, _, _ in measured for s in ("median", "min", "max")],
             *[f"ceiling_share_{s}" for s in ("median", "min", "max")],
             *[f"runner_over_bare_{s}" for s in ("median", "min", "max")], "errors"]
     w = csv.writer(buf, lineterminator="\n")
@@ -71,7 +75,7 @@ def csv_text(result: BenchResult) -> str:
                      result.settings.get("warmup"), result.settings.get("steps")]
             n = sum(1 for x in r.runs[mode] if x)
             values = []
-            for _, m, key in MEASURED:
+            for _, m, key in measured:
                 values += _three(r.stat(m, key) if m == mode else None)
             e2e = mode == "e2e"
             values += _three(result.share(r) if e2e and not r.is_ceiling else None)
