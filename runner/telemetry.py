@@ -25,6 +25,9 @@ GIB = 1024 ** 3
 
 # ---------------------------------------------------------------------------------------- loader
 
+PART_WAIT = "loader/data_wait_share/"  # + a hybrid pipeline's name (train, train.hybrid): its part of the wait
+
+
 @dataclass(frozen=True)
 class LoaderWindow:
     """Throughput over a stretch of steps. data_wait_share: time blocked in next(loader) / wall time."""

@@ -31,7 +31,7 @@ from runner.models import create_model
 from runner.optim import create_optimizer, create_scheduler
 from runner.preview import BatchPreview
 from runner.progress import NoProgress, TrainProgress
-from runner.telemetry import CpuSampler, GpuSampler, LaunchThreadsSampler, LoaderMeter
+from runner.telemetry import PART_WAIT, CpuSampler, GpuSampler, LaunchThreadsSampler, LoaderMeter
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -348,7 +348,7 @@ def log_window(window: Window, t: Telemetry, s: Step, d: Dist, stop: StopRequest
                "train/lr": s.scheduler.get_last_lr()[0], "train/epoch": epoch,
                "loader/images_per_s": totals[4], "loader/images_per_s_per_device": totals[4] / d.world,
                "loader/data_wait_share": totals[5] / d.world,
-               **{f"loader/data_wait_share/{name}": x / d.world for name, x in zip(parts, totals[7:])},
+               **{PART_WAIT + name: x / d.world for name, x in zip(parts, totals[7:])},
                **t.cpu.window().metrics()}
     threads = t.launch.window()
     if threads:

@@ -45,7 +45,7 @@ def test_the_verdict_says_how_busy_the_host_cpus_were():
 
 def test_the_verdict_names_the_pipeline_of_a_hybrid_the_loop_waited_for():
     trial = Trial({}, result={"images_per_s": 6375.0, "data_wait_share": 0.082, "gpu_util_pct": 94.0,
-                              "data_wait_share.train.hybrid": 0.072, "data_wait_share.train": 0.01})
+                              "data_wait_share.train": 0.01, "data_wait_share.train.hybrid": 0.072})
     assert decode_limit(trial, DATA).startswith(
         "the best setting still waits for data (data wait 8.2% of the step time (train 1.0%, train.hybrid 7.2%), GPU "
         "busy 94%): the input pipeline is the limit, not the model.")

@@ -19,7 +19,7 @@ import torch
 
 from runner.accumulate import MicroBatch
 from runner.dist import Dist, setup
-from runner.telemetry import LaunchThreadsWindow
+from runner.telemetry import PART_WAIT, LaunchThreadsWindow
 
 
 def sync_device(d: Dist) -> None:
@@ -78,9 +78,6 @@ class CaptureTracker:
         return getattr(self.inner, name)
 
 
-PART_WAIT = "loader/data_wait_share/"  # + a pipeline's name (train, train.hybrid): runner.train.log_window
-
-
 def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     """Training through runner's own loop (telemetry, tracking, progress on), warm-up windows dropped."""
     from runner.train import train
@@ -96,7 +93,7 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     utils = [m["gpu/util_pct"] for m in kept if "gpu/util_pct" in m]
     cpu = [m["cpu/system_pct"] for m in kept if "cpu/system_pct" in m]  # all cores: is the host out of CPU?
     # a hybrid's wait per pipeline (its base, then what its copy adds): which one is late
-    part_keys = sorted({k for m in kept for k in m if k.startswith(PART_WAIT)}, key=lambda k: (len(k), k))
+    part_keys = dict.fromkeys(k for m in kept for k in m if k.startswith(PART_WAIT))  # in the order they are read
     parts = {k.replace(PART_WAIT, "data_wait_share.", 1): _mean([m[k] for m in kept if k in m]) for k in part_keys}
     # the threads that launch the step's CUDA work: busy near 100% or queued, and the GPU waits for them
     launch = {f.name: _mean([m[f"cpu/{f.name}"] for m in kept if f"cpu/{f.name}" in m])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.bench.stats import Spread, part_waits, ratios, spread
+from runner.bench.stats import Spread, ratios, spread
 from runner.bench.suite import BenchResult, Row
 from runner.console import percent
 
@@ -71,8 +71,8 @@ def _errors(r: Row, repeat: int) -> str:
 def _wait(r: Row, repeat: int) -> str:
     """The data wait and, for a hybrid, each pipeline's part of it (medians over the rounds)."""
     cell = _cell(r.stat("e2e", "data_wait_share"), repeat, percent, lambda x: f"{100 * x:.1f}")
-    names = list(dict.fromkeys(name for run in r.runs.get("e2e", []) if run for name in part_waits(run)))
-    parts = [f"{name} {percent(s.median)}" for name in names if (s := r.stat("e2e", f"data_wait_share.{name}"))]
+    parts = [f"{name} {percent(s.median)}" for name in r.waited_pipelines()
+             if (s := r.stat("e2e", f"data_wait_share.{name}"))]
     return f"{cell}: {', '.join(parts)}" if parts else cell
 
 

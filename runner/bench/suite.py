@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.bench.stats import Spread, median_result, ratios, spread
+from runner.bench.stats import Spread, median_result, part_waits, ratios, spread
 from runner.bench.suitefile import Suite
 from runner.bench.variants import ceiling_label, step_settings, variants
 from runner.errors import RunnerError
@@ -57,6 +57,10 @@ class Row:
 
     def stat(self, mode: str, key: str) -> Spread | None:
         return spread([(r or {}).get(key) for r in self.runs.get(mode, [])])
+
+    def waited_pipelines(self) -> list[str]:
+        """The pipelines of a hybrid whose waits its end-to-end runs measured (stats.part_waits); [] otherwise."""
+        return list(dict.fromkeys(name for run in self.runs.get("e2e", []) if run for name in part_waits(run)))
 
 
 @dataclass
