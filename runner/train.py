@@ -121,6 +121,14 @@ def step_begin(tc) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
+def model_input(images: torch.Tensor, channels_last: bool, amp: dict) -> torch.Tensor:
+    """A loader's images as the model takes them: in the memory format trainer.channels_last asks for (a no-op for
+    a pipeline that already makes channels-last images), and in fp32 when autocast is off, since a pipeline may make
+    fp16 or bf16 images."""
+    images = images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    return images if amp["enabled"] else images.float()
+
+
 def evaluate_split(net, loader, criterion, d: Dist, amp: dict, channels_last: bool,
                    num_classes: int, preview: BatchPreview | None = None) -> Evaluation:
     """Loss, top-1/top-5 hits and the confusion matrix (num_classes x num_classes; 0: none) over this rank's
@@ -133,8 +141,7 @@ def evaluate_split(net, loader, criterion, d: Dist, amp: dict, channels_last: bo
         for images, labels in loader.epoch():
             if preview is not None:
                 preview.take("eval", images, labels)
-            if channels_last:
-                images = images.contiguous(memory_format=torch.channels_last)
+            images = model_input(images, channels_last, amp)
             with torch.autocast(**amp):
                 logits = net(images)
                 loss = criterion(logits.float(), labels)
@@ -243,8 +250,7 @@ def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor, *
     """Forward under autocast and backward of the (scaled) loss, added to the gradients; returns the loss and the
     logits. `labels` are class indices, or probabilities (B, classes) from the mix."""
     criterion = s.soft_criterion if labels.is_floating_point() else s.criterion
-    if s.tc.channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
+    images = model_input(images, s.tc.channels_last, s.amp)
     step_begin(s.tc)
     with torch.autocast(**s.amp):
         logits = s.net(images)

@@ -113,3 +113,48 @@ def test_bad_tracking_uri_fails_before_training(tiny, capsys):
     code, _, err = run_cli(["launch", tiny, "tracking.uri=htp://x"], capsys)
     assert code == 2
     assert err.startswith("error: command line 'tracking.uri=htp://x': tracking.uri:")
+
+
+LAYOUTS = """\
+name: layouts
+seed: 5
+model: {{name: resnet18, num_classes: 3}}
+optimizer: {{lr: 0.02}}
+trainer: {{epochs: 1, log_every_n_steps: 1, deterministic: true}}
+data: {{root: {root}, batch_size: 4}}
+pipelines:
+  train:
+    steps:
+      - jpegs, labels = readers.file(file_root=$data_root, shuffle_after_epoch=True)
+      - images = decoders.image(jpegs, output_type=RGB)
+      - images = resize(images, resize_x=32, resize_y=32)
+      - images = crop_mirror_normalize(images, dtype=$dtype, output_layout=$layout, mean=[120.0, 110.0, 100.0],
+          std=[60.0, 50.0, 40.0])
+    outputs: [images, labels]
+    params: {{data_root: null, dtype: FLOAT, layout: CHW}}
+  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
+tracking: {{experiment: layouts}}
+"""
+
+
+def test_a_channels_last_pipeline_trains_as_the_channels_first_one_and_fp16_images_train_in_fp32(
+        project, image_dataset, capsys):
+    import torch
+
+    (project / "experiments" / "layouts.yaml").write_text(LAYOUTS.format(root=image_dataset))
+    losses = {}
+    try:
+        for name, overrides in {"chw": [], "hwc": ["pipelines.train.params.layout=HWC"],
+                                "fp16": ["pipelines.train.params.dtype=FLOAT16"]}.items():
+            code, out, err = run_cli(["launch", "experiments/layouts.yaml", *overrides,
+                                      f"tracking.experiment=layouts-{name}"], capsys)
+            assert code == 0, err
+            client, run = only_run(project, f"layouts-{name}")
+            assert run.data.params["trainer.precision"] == "fp32"
+            losses[name] = [m.value for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    finally:
+        torch.use_deterministic_algorithms(False)  # train.configure_torch sets it for the whole process
+    assert len(losses["chw"]) == 6  # 24 images, batch 4
+    assert losses["hwc"] == losses["chw"]  # the same images, the same model input, bit for bit
+    # fp16 images, rounded once, then the same fp32 model: the first loss (before any update) nearly the same
+    assert losses["fp16"][0] != losses["chw"][0] and losses["fp16"][0] == pytest.approx(losses["chw"][0], rel=5e-3)

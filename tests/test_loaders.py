@@ -263,3 +263,50 @@ def test_dali_nice_lowers_the_pipelines_threads_not_the_training_thread(project,
     assert {tid: after[tid] for tid in before.keys() & after.keys()} == \
         {tid: before[tid] for tid in before.keys() & after.keys()}  # the training thread among them, still 0
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0
+
+
+# the same images, normalized, laid out as the pipeline's params say
+LAYOUTS = """\
+data: {{root: {root}, batch_size: 4}}
+pipelines:
+  train:
+    steps:
+      - jpegs, labels = readers.file(file_root=$data_root)
+      - images = decoders.image(jpegs, output_type=RGB)
+      - images = resize(images, resize_x=32, resize_y=24)
+      - images = crop_mirror_normalize(images, dtype=$dtype, output_layout=$layout, mean=[120.0, 110.0, 100.0],
+          std=[60.0, 50.0, 40.0])
+    outputs: [images, labels]
+    params: {{data_root: null, dtype: FLOAT, layout: CHW}}
+"""
+
+
+@pytest.mark.parametrize("layout,dtype", [("HWC", "FLOAT"), ("HWC", "FLOAT16"), ("CHW", "FLOAT16")])
+def test_channels_last_and_half_precision_pipelines_give_the_trainer_the_same_images(project, image_dataset, layout,
+                                                                                      dtype):
+    path = project / "experiments" / "layouts.yaml"
+    path.write_text(LAYOUTS.format(root=image_dataset))
+
+    def first_batch(*overrides):
+        v = validate(path, list(overrides), accelerator="cpu")
+        return next(iter(create_loader(v, "train", Dist()).epoch()))
+
+    (written, written_labels), (images, labels) = first_batch(), first_batch(
+        f"pipelines.train.params.layout={layout}", f"pipelines.train.params.dtype={dtype}")
+    assert images.shape == written.shape == (4, 3, 24, 32)  # N, C, H, W
+    assert images.dtype == {"FLOAT": torch.float32, "FLOAT16": torch.float16}[dtype]
+    # channels last: permuted, not copied, so the trainer's channels_last conversion is a no-op
+    assert images.is_contiguous(memory_format=torch.channels_last) == (layout == "HWC")
+    torch.testing.assert_close(images.float(), written, rtol=1e-3, atol=2e-3)
+    assert torch.equal(labels, written_labels)
+
+
+def test_the_model_gets_its_memory_format_and_fp32_when_autocast_is_off():
+    from runner.train import model_input
+
+    half = torch.randn(2, 24, 32, 3, dtype=torch.float16).permute(0, 3, 1, 2)  # channels last, as HWC arrives
+    plain = model_input(half, False, {"enabled": False})
+    assert plain.dtype == torch.float32 and plain.is_contiguous() and torch.equal(plain, half.float())
+    kept = model_input(half, True, {"enabled": True})
+    assert kept is half  # already channels last; autocast casts it in the first convolution
+    assert model_input(half.contiguous(), True, {"enabled": True}).is_contiguous(memory_format=torch.channels_last)

@@ -20,7 +20,7 @@ from runner import affinity
 from runner.config.sections import DataConfig, PipelinesConfig
 from runner.data.paths import split_dir
 from runner.dist import Dist
-from runner.errors import DataError, display_path
+from runner.errors import ConfigError, DataError, display_path
 from runner.loaders.dali_plan import HYBRID, pipeline_args
 
 if TYPE_CHECKING:
@@ -32,10 +32,12 @@ class DaliLoader:
     concatenated: [base part | copy part]."""
 
     def __init__(self, iterators: list, role: str, totals: list[int], batches: list[int], target: Dist,
-                 folder=None, parts: list[str] | None = None):
-        """`totals`: the samples each reader lists, over all shards (its epoch_size); `parts`: the pipelines' names."""
+                 folder=None, parts: list[str] | None = None, graphs: list | None = None):
+        """`totals`: the samples each reader lists, over all shards (its epoch_size); `parts`: the pipelines' names;
+        `graphs`: their parsed graphs (runner.dsl.graph.Graph), which errors about their outputs point at."""
         self.its, self.role, self.device, self.folder = iterators, role, target.device, folder
         self.parts = parts or [role]
+        self.graphs = graphs or [None] * len(iterators)
         self.wait_s = [0.0] * len(iterators)  # seconds next() blocked on each pipeline, in all
         world, rank = target.world, target.rank
         if sum(totals) == 0:
@@ -68,7 +70,7 @@ class DaliLoader:
                 args = dataclasses.replace(args, checkpoint=part_state)
             built.append(_iterator(data, graphs[part], args, target, folder, at))
         return cls([it for it, _, _ in built], role, [t for _, t, _ in built], [b for _, _, b in built], target,
-                   folder=folder, parts=parts)
+                   folder=folder, parts=parts, graphs=[graphs[part].graph for part in parts])
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
@@ -102,7 +104,7 @@ class DaliLoader:
         for outputs in self._batches():
             if self.role == "train" and yielded >= self.steps_per_epoch:
                 continue  # drain the remainder so the reader ends the epoch where DALI expects
-            images = [out[0]["images"] for out in outputs]
+            images = [as_nchw(out[0]["images"], part, graph) for out, part, graph in zip(outputs, self.parts, self.graphs)]
             labels = [out[0]["labels"] for out in outputs]
             if images[0].shape[0] == 0:
                 continue  # a padded shard's empty tail (eval)
@@ -121,6 +123,24 @@ class DaliLoader:
 
     def close(self) -> None:
         self.its = []
+
+
+def as_nchw(images: torch.Tensor, part: str, graph=None) -> torch.Tensor:
+    """A pipeline's images as the trainer takes them: floating point, (N, C, H, W). Channels-last images
+    (crop_mirror_normalize's output_layout="HWC", as NVIDIA's channels-last examples write it) are permuted, not
+    copied, so they arrive in torch.channels_last memory format. The layout is read from the shape: images have at
+    most 4 channels and sides longer than 4 px."""
+    shape = tuple(images.shape)
+    if images.is_floating_point() and len(shape) == 4:
+        if shape[1] <= 4 < min(shape[2:]):
+            return images
+        if shape[3] <= 4 < min(shape[1:3]):
+            return images.permute(0, 3, 1, 2)
+    raise ConfigError(f"the {part} pipeline's images are {images.dtype} of shape {list(shape)}; the trainer takes "
+                      "floating-point images with the channels first (N, C, H, W) or last (N, H, W, C), at most 4 "
+                      "channels and sides longer than 4 px. End the pipeline with crop_mirror_normalize(..., "
+                      'dtype=FLOAT, output_layout="CHW") (or "HWC", or dtype=FLOAT16), as the shipped pipelines do.',
+                      file=getattr(graph, "file", None), line=getattr(graph, "outputs_line", None), where="outputs")
 
 
 def _iterator(data: DataConfig, graph, args: PipelineArgs, target: Dist, folder, at: Callable[[str], dict]):
