@@ -336,14 +336,14 @@ def create_preview_loader(v, pipeline: str, d: Dist):
     from runner.loaders.dali_plan import HYBRID
 
     if pipeline != HYBRID:
-        return create_loader(v, pipeline, d)
+        return create_loader(v, pipeline, d, feeds_model=False)
     from runner.loaders.dali import DaliLoader
     from runner.loaders.dali_plan import checked_pipelines
 
     cfg = v.config
     graphs = checked_pipelines(v.loaded, d, roles=("train",))
     return DaliLoader.create(cfg.data, cfg.pipelines, graphs, "train", d, seed=cfg.seed, at=v.loaded.at,
-                             parts=(HYBRID,))
+                             parts=(HYBRID,), feeds_model=False)
 
 
 def preview_png(v, pipeline: str, n: int) -> tuple[bytes, int]:

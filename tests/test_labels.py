@@ -64,7 +64,7 @@ def dali_labels(project: Path, root: Path, role: str, filters: str = "") -> dict
     path = project / "experiments" / "paths.yaml"
     text = PATHS.format(root=root, batch=4)
     path.write_text(text.replace("file_root=$data_root", f"file_root=$data_root{filters}"))
-    loader = create_loader(validate(path, accelerator="cpu"), role, Dist())
+    loader = create_loader(validate(path, accelerator="cpu"), role, Dist(), feeds_model=False)
     folder = root / ("train" if role == "train" else "val")
     out = {}
     for images, labels in loader.epoch():

@@ -36,7 +36,7 @@ def loaders_for(project, root, batch, world, role):
     path = project / "experiments" / "paths.yaml"
     path.write_text(PATHS.format(root=root, batch=batch))
     v = validate(path, accelerator="cpu")
-    return [create_loader(v, role, Dist(rank=r, world=world)) for r in range(world)]
+    return [create_loader(v, role, Dist(rank=r, world=world), feeds_model=False) for r in range(world)]
 
 
 @pytest.mark.parametrize("world,batch", [(2, 4), (3, 2), (2, 5)])
@@ -116,7 +116,8 @@ def hybrid_loaders(project, root, batch, share, world, **loader_args):
     path = project / "experiments" / "hybrid.yaml"
     path.write_text(HYBRID.format(root=root, batch=batch, share=share))
     v = validate(path, accelerator="cpu")
-    return v, [create_loader(v, "train", Dist(rank=r, world=world), **loader_args) for r in range(world)]
+    return v, [create_loader(v, "train", Dist(rank=r, world=world), feeds_model=False, **loader_args)
+               for r in range(world)]
 
 
 def listed(path: str) -> list[str]:
@@ -186,7 +187,7 @@ def test_a_hybrid_loader_times_the_wait_for_each_pipeline(project, image_dataset
     list(b.epoch())
     assert SlotLoader([a, b], [0, 1]).part_waits() == {k: a.part_waits()[k] + b.part_waits()[k] for k in waits}
     v = validate(project / "experiments" / "hybrid.yaml", ["pipelines.train.hybrid=null"], accelerator="cpu")
-    single = create_loader(v, "train", Dist())
+    single = create_loader(v, "train", Dist(), feeds_model=False)
     list(single.epoch())
     assert single.part_waits() == {}  # one pipeline: its wait is the loop's data wait
 

@@ -123,6 +123,8 @@ def inline_experiment(project, colours, *last: str):
      "normalize (step 4)", (120.0,)),
     # a 0-1 pipeline: arithmetic on the stream, shown as 0-1 values
     (["images = crop_mirror_normalize(images, dtype=FLOAT)", "images = images / 255"], "", (0.0,)),
+    # the decoded images themselves, uint8 and channels last: shown, though no model could train on them
+    (["images = flip(images, horizontal=0)"], "", (0.0,)),
 ])
 def test_other_normalisations_and_scales(project, colours, last, source, mean):
     from runner.preview import batch_denorms

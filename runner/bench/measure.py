@@ -36,7 +36,7 @@ def loader_only(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     from runner.loaders import create_loader
     from runner.telemetry import GpuSampler
 
-    loader = create_loader(v, "train", d)
+    loader = create_loader(v, "train", d, feeds_model=False)
     batches = _batches(loader)
     for _ in range(warmup):
         images, _ = next(batches)

@@ -29,8 +29,11 @@ class Loader(Protocol):
     def close(self) -> None: ...
 
 
-def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bool = False) -> Loader | None:
-    """The loader the experiment names, for `role` on this rank; None when there is no eval pipeline."""
+def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bool = False,
+                  feeds_model: bool = True) -> Loader | None:
+    """The loader the experiment names, for `role` on this rank; None when there is no eval pipeline.
+    `feeds_model`: False where nothing trains on the images (preview, loader-only timing), so a DALI pipeline
+    may make any output, e.g. uint8 images before normalization."""
     cfg = v.config
     if cfg.data.loader == "dali":
         from runner.loaders.dali import DaliLoader
@@ -40,7 +43,7 @@ def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bo
         if role not in graphs:
             return None
         return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, at=v.loaded.at,
-                                 state=state, checkpointing=checkpointing)
+                                 state=state, checkpointing=checkpointing, feeds_model=feeds_model)
     if cfg.data.loader == "torchvision":
         from runner.loaders.folder import FolderLoader
 

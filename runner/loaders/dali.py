@@ -32,12 +32,14 @@ class DaliLoader:
     concatenated: [base part | copy part]."""
 
     def __init__(self, iterators: list, role: str, totals: list[int], batches: list[int], target: Dist,
-                 folder=None, parts: list[str] | None = None, graphs: list | None = None):
+                 folder=None, parts: list[str] | None = None, graphs: list | None = None, feeds_model: bool = True):
         """`totals`: the samples each reader lists, over all shards (its epoch_size); `parts`: the pipelines' names;
-        `graphs`: their parsed graphs (runner.dsl.graph.Graph), which errors about their outputs point at."""
+        `graphs`: their parsed graphs (runner.dsl.graph.Graph), which errors about their outputs point at;
+        `feeds_model`: the images go to a model, so they must be floating point (N, C, H, W) (model_images)."""
         self.its, self.role, self.device, self.folder = iterators, role, target.device, folder
         self.parts = parts or [role]
         self.graphs = graphs or [None] * len(iterators)
+        self.feeds_model = feeds_model
         self.wait_s = [0.0] * len(iterators)  # seconds next() blocked on each pipeline, in all
         world, rank = target.world, target.rank
         if sum(totals) == 0:
@@ -55,10 +57,12 @@ class DaliLoader:
     @classmethod
     def create(cls, data: DataConfig, pipelines: PipelinesConfig, graphs: dict, role: str, target: Dist, *,
                seed: int, at: Callable[[str], dict], state: Any = None,
-               checkpointing: bool = False, parts: tuple[str, ...] | None = None) -> DaliLoader:
+               checkpointing: bool = False, parts: tuple[str, ...] | None = None,
+               feeds_model: bool = True) -> DaliLoader:
         """`graphs`: the role's checked graphs (dali_plan.checked_pipelines), with a hybrid's copy under HYBRID;
         `at`: the error location of an experiment key (LoadedExperiment.at), for errors about data keys;
-        `parts`: the pipelines to build (default: the role's, and a hybrid's copy), e.g. (HYBRID,) for the copy alone."""
+        `parts`: the pipelines to build (default: the role's, and a hybrid's copy), e.g. (HYBRID,) for the copy alone;
+        `feeds_model`: False for a look at the pipeline's output (preview, loader-only timing): any images pass."""
         parts = list(parts or [role] + ([HYBRID] if role == "train" and HYBRID in graphs else []))
         states = state if isinstance(state, list) else [state] * len(parts)
         folder = split_dir(data, role)
@@ -70,7 +74,7 @@ class DaliLoader:
                 args = dataclasses.replace(args, checkpoint=part_state)
             built.append(_iterator(data, graphs[part], args, target, folder, at))
         return cls([it for it, _, _ in built], role, [t for _, t, _ in built], [b for _, _, b in built], target,
-                   folder=folder, parts=parts, graphs=[graphs[part].graph for part in parts])
+                   folder=folder, parts=parts, graphs=[graphs[part].graph for part in parts], feeds_model=feeds_model)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
@@ -104,10 +108,14 @@ class DaliLoader:
         for outputs in self._batches():
             if self.role == "train" and yielded >= self.steps_per_epoch:
                 continue  # drain the remainder so the reader ends the epoch where DALI expects
-            images = [as_nchw(out[0]["images"], part, graph) for out, part, graph in zip(outputs, self.parts, self.graphs)]
+            images = [out[0]["images"] for out in outputs]
             labels = [out[0]["labels"] for out in outputs]
             if images[0].shape[0] == 0:
                 continue  # a padded shard's empty tail (eval)
+            if self.feeds_model:
+                for part_images, part, graph in zip(images, self.parts, self.graphs):
+                    check_model_images(part_images, part, graph)
+            images = [as_nchw(part_images) for part_images in images]
             yielded += 1
             images, labels = (images[0], labels[0]) if len(images) == 1 else (torch.cat(images), torch.cat(labels))
             yield (images.to(self.device, non_blocking=True),
@@ -125,18 +133,28 @@ class DaliLoader:
         self.its = []
 
 
-def as_nchw(images: torch.Tensor, part: str, graph=None) -> torch.Tensor:
-    """A pipeline's images as the trainer takes them: floating point, (N, C, H, W). Channels-last images
-    (crop_mirror_normalize's output_layout="HWC", as NVIDIA's channels-last examples write it) are permuted, not
-    copied, so they arrive in torch.channels_last memory format. The layout is read from the shape: images have at
-    most 4 channels and sides longer than 4 px."""
-    shape = tuple(images.shape)
-    if images.is_floating_point() and len(shape) == 4:
-        if shape[1] <= 4 < min(shape[2:]):
-            return images
-        if shape[3] <= 4 < min(shape[1:3]):
-            return images.permute(0, 3, 1, 2)
-    raise ConfigError(f"the {part} pipeline's images are {images.dtype} of shape {list(shape)}; the trainer takes "
+def _channels_last(images: torch.Tensor) -> bool:
+    """(N, H, W, C), told from (N, C, H, W) by the shape: images have at most 4 channels and sides longer than 4 px."""
+    return images.ndim == 4 and images.shape[3] <= 4 < min(images.shape[1:3])
+
+
+def _channels_first(images: torch.Tensor) -> bool:
+    return images.ndim == 4 and images.shape[1] <= 4 < min(images.shape[2:])
+
+
+def as_nchw(images: torch.Tensor) -> torch.Tensor:
+    """A pipeline's batch of images as (N, C, H, W). Channels-last images (output_layout="HWC", as NVIDIA's
+    channels-last examples write them, or decoded images before normalization) are permuted, not copied, so they
+    arrive in torch.channels_last memory format; any other output is left as it is."""
+    return images.permute(0, 3, 1, 2) if _channels_last(images) else images
+
+
+def check_model_images(images: torch.Tensor, part: str, graph=None) -> None:
+    """A ConfigError at the pipeline's outputs unless its images, as the pipeline makes them, are what a model takes."""
+    if images.is_floating_point() and (_channels_first(images) or _channels_last(images)):
+        return
+    shape = list(images.shape)
+    raise ConfigError(f"the {part} pipeline's images are {images.dtype} of shape {shape}; the trainer takes "
                       "floating-point images with the channels first (N, C, H, W) or last (N, H, W, C), at most 4 "
                       "channels and sides longer than 4 px. End the pipeline with crop_mirror_normalize(..., "
                       'dtype=FLOAT, output_layout="CHW") (or "HWC", or dtype=FLOAT16), as the shipped pipelines do.',
