@@ -35,7 +35,7 @@ class DaliLoader:
                  folder=None, parts: list[str] | None = None, graphs: list | None = None, feeds_model: bool = True):
         """`totals`: the samples each reader lists, over all shards (its epoch_size); `parts`: the pipelines' names;
         `graphs`: their parsed graphs (runner.dsl.graph.Graph), which errors about their outputs point at;
-        `feeds_model`: the images go to a model, so they must be floating point (N, C, H, W) (model_images)."""
+        `feeds_model`: the images go to a model, so they must be floating point (N, C, H, W) (check_model_images)."""
         self.its, self.role, self.device, self.folder = iterators, role, target.device, folder
         self.parts = parts or [role]
         self.graphs = graphs or [None] * len(iterators)
