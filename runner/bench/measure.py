@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from runner.accumulate import MicroBatch
+from runner.bench.stats import PART_WAIT_KEY
 from runner.dist import Dist, setup
 from runner.telemetry import PART_WAIT, LaunchThreadsWindow
 
@@ -94,7 +95,7 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     cpu = [m["cpu/system_pct"] for m in kept if "cpu/system_pct" in m]  # all cores: is the host out of CPU?
     # a hybrid's wait per pipeline (its base, then what its copy adds): which one is late
     part_keys = dict.fromkeys(k for m in kept for k in m if k.startswith(PART_WAIT))  # in the order they are read
-    parts = {k.replace(PART_WAIT, "data_wait_share.", 1): _mean([m[k] for m in kept if k in m]) for k in part_keys}
+    parts = {k.replace(PART_WAIT, PART_WAIT_KEY, 1): _mean([m[k] for m in kept if k in m]) for k in part_keys}
     # the threads that launch the step's CUDA work: busy near 100% or queued, and the GPU waits for them
     launch = {f.name: _mean([m[f"cpu/{f.name}"] for m in kept if f"cpu/{f.name}" in m])
               for f in fields(LaunchThreadsWindow)}

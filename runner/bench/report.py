@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.bench.stats import Spread, ratios, spread
+from runner.bench.stats import PART_WAIT_KEY, Spread, ratios, spread
 from runner.bench.suite import BenchResult, Row
 from runner.console import percent
 
@@ -72,7 +72,7 @@ def _wait(r: Row, repeat: int) -> str:
     """The data wait and, for a hybrid, each pipeline's part of it (medians over the rounds)."""
     cell = _cell(r.stat("e2e", "data_wait_share"), repeat, percent, lambda x: f"{100 * x:.1f}")
     parts = [f"{name} {percent(s.median)}" for name in r.waited_pipelines()
-             if (s := r.stat("e2e", f"data_wait_share.{name}"))]
+             if (s := r.stat("e2e", PART_WAIT_KEY + name))]
     return f"{cell}: {', '.join(parts)}" if parts else cell
 
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from runner.bench.report import markdown
-from runner.bench.stats import Spread, ratios, spread
+from runner.bench.stats import PART_WAIT_KEY, Spread, ratios, spread
 from runner.bench.suite import BenchResult, Row
 
 # (column, mode, result key): each reported as _median, _min, _max
@@ -59,7 +59,7 @@ def csv_text(result: BenchResult) -> str:
     buf = io.StringIO()
     # a hybrid's wait per pipeline: a column for each pipeline any row has (train, train.hybrid)
     parts = list(dict.fromkeys(name for r in result.rows for name in r.waited_pipelines()))
-    measured = [*MEASURED, *[(f"data_wait_share_{name}", "e2e", f"data_wait_share.{name}") for name in parts]]
+    measured = [*MEASURED, *[(f"data_wait_share_{name}", "e2e", PART_WAIT_KEY + name) for name in parts]]
     cols = [*IDENTITY, "mode", "n", "rounds", *[f"{c}_{s}" for c, _, _ in measured for s in ("median", "min", "max")],
             *[f"ceiling_share_{s}" for s in ("median", "min", "max")],
             *[f"runner_over_bare_{s}" for s in ("median", "min", "max")], "errors"]
