@@ -54,6 +54,9 @@ TRANSFORMS = ("AutoAugment, CenterCrop, ColorJitter, ConvertImageDtype, Gaussian
 NO_GPU = ("the experiment asks for a GPU (trainer.accelerator: gpu) but this machine has none that CUDA can use (NVML "
           "found no device, or CUDA_VISIBLE_DEVICES hides them). Set trainer.accelerator=auto to fall back to the "
           "CPU, or run on a GPU machine.")
+MODEL_IMAGES = ("the trainer takes floating-point images with the channels first (N, C, H, W) or last (N, H, W, C), "
+                "at most 4 channels and sides longer than 4 px. End the pipeline with crop_mirror_normalize(..., "
+                'dtype=FLOAT, output_layout="CHW") (or "HWC", or dtype=FLOAT16), as the shipped pipelines do.')
 VALIDATE = ["validate", "experiments/exp.yaml"]
 LAUNCH = ["launch", "experiments/exp.yaml"]
 
@@ -746,15 +749,11 @@ PARTNER_CASES = [
     Case("pipeline that makes uint8 images", args=LAUNCH, setup=train_and_val, exp=EXP_MINE,
          pipe=PIPE.replace('  - images = crop_mirror_normalize(images, dtype=FLOAT, output_layout="CHW")\n', ""),
          expected="pipelines/mine.yaml:6: outputs: the train pipeline's images are torch.uint8 of shape [2, 32, 32, "
-                  "3]; the trainer takes floating-point images with the channels first (N, C, H, W) or last (N, H, W, "
-                  "C), at most 4 channels and sides longer than 4 px. End the pipeline with crop_mirror_normalize(..., "
-                  'dtype=FLOAT, output_layout="CHW") (or "HWC", or dtype=FLOAT16), as the shipped pipelines do.'),
+                  f"3]; {MODEL_IMAGES}"),
     Case("pipeline that makes one image as a batch of rows", args=LAUNCH, setup=train_and_val, exp=EXP_MINE,
          pipe=PIPE.replace('output_layout="CHW"', 'output_layout="CHW")\n  - images = reshape(images, shape=[3, 1024]'),
-         expected="pipelines/mine.yaml:8: outputs: the train pipeline's images are torch.float32 of shape [2, 3, 1024]; "
-                  "the trainer takes floating-point images with the channels first (N, C, H, W) or last (N, H, W, C), "
-                  "at most 4 channels and sides longer than 4 px. End the pipeline with crop_mirror_normalize(..., "
-                  'dtype=FLOAT, output_layout="CHW") (or "HWC", or dtype=FLOAT16), as the shipped pipelines do.'),
+         expected="pipelines/mine.yaml:8: outputs: the train pipeline's images are torch.float32 of shape [2, 3, "
+                  f"1024]; {MODEL_IMAGES}"),
     Case("fewer eval images than processes", args=[*LAUNCH, *CPU4], setup=one_val_image_per_class,
          expected="experiments/exp.yaml:3: data.eval_split: data/val holds 2 image(s) that the reader reads, fewer "
                   "than the 4 processes that each evaluate a share of them (DALI's reader needs at least one per "

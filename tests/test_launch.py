@@ -4,6 +4,7 @@ import pytest
 from mlflow import MlflowClient
 
 from tests.conftest import run_cli
+from tests.test_loaders import LAYOUTS as LAYOUT_PIPELINE
 
 pytestmark = pytest.mark.slow
 
@@ -115,25 +116,16 @@ def test_bad_tracking_uri_fails_before_training(tiny, capsys):
     assert err.startswith("error: command line 'tracking.uri=htp://x': tracking.uri:")
 
 
+# the loader test's data and train pipeline (its output layout and dtype are params), with a model and an eval
 LAYOUTS = """\
 name: layouts
 seed: 5
 model: {{name: resnet18, num_classes: 3}}
 optimizer: {{lr: 0.02}}
 trainer: {{epochs: 1, log_every_n_steps: 1, deterministic: true}}
-data: {{root: {root}, batch_size: 4}}
-pipelines:
-  train:
-    steps:
-      - jpegs, labels = readers.file(file_root=$data_root, shuffle_after_epoch=True)
-      - images = decoders.image(jpegs, output_type=RGB)
-      - images = resize(images, resize_x=32, resize_y=32)
-      - images = crop_mirror_normalize(images, dtype=$dtype, output_layout=$layout, mean=[120.0, 110.0, 100.0],
-          std=[60.0, 50.0, 40.0])
-    outputs: [images, labels]
-    params: {{data_root: null, dtype: FLOAT, layout: CHW}}
-  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
 tracking: {{experiment: layouts}}
+""" + LAYOUT_PIPELINE + """\
+  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
 """
 
 
