@@ -208,6 +208,11 @@ CASES = [
                   "{project}/pipelines, {repo}/pipelines). Did you mean 'imagenet_eval'? Available pipelines: "
                   "imagenet_eval, imagenet_eval_cache, imagenet_train, imagenet_train_cache, imagenet_train_fused, "
                   "imagenet_train_randaugment, imagenet_train_trivialaugment."),
+    Case("missing pipeline file given as a path", exp=EXP.replace("use: imagenet_eval", "use: ../pipelines/evl.yaml"),
+         expected="experiments/exp.yaml:6: pipelines.eval.use: pipeline '../pipelines/evl.yaml' not found (looked in "
+                  "{project}/experiments, {project}). Available pipelines: imagenet_eval, imagenet_eval_cache, "
+                  "imagenet_train, imagenet_train_cache, imagenet_train_fused, imagenet_train_randaugment, "
+                  "imagenet_train_trivialaugment."),
     Case("pipeline param it lacks", args=[*VALIDATE, "pipelines.train.params.sise=64"],
          expected="command line 'pipelines.train.params.sise=64': pipelines.train.params.sise: pipeline "
                   "'imagenet_train' has no parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, "

@@ -348,15 +348,23 @@ def pipeline_search_path(experiment: Path) -> list[Path]:
     return unique
 
 
+def is_pipeline_path(use: str) -> bool:
+    return use.endswith((".yaml", ".yml")) or "/" in use
+
+
+def pipeline_bases(use: str, experiment: Path) -> list[Path]:
+    """Where `use:` is looked for: a path from the experiment's folder, then the working directory; a name in
+    pipeline_search_path's folders."""
+    if is_pipeline_path(use):
+        return list(dict.fromkeys(p.resolve() for p in (experiment.parent, Path.cwd())))
+    return pipeline_search_path(experiment)
+
+
 def find_pipeline(use: str, experiment: Path) -> Path | None:
-    if use.endswith((".yaml", ".yml")) or "/" in use:
-        for base in (experiment.parent, Path.cwd()):
-            if (base / use).is_file():
-                return base / use
-        return None
-    for d in pipeline_search_path(experiment):
-        if (d / f"{use}.yaml").is_file():
-            return d / f"{use}.yaml"
+    name = use if is_pipeline_path(use) else f"{use}.yaml"
+    for base in pipeline_bases(use, experiment):
+        if (base / name).is_file():
+            return base / name
     return None
 
 
@@ -405,7 +413,7 @@ def _pipeline_from_file(role: str, spec: PipelineConfig, experiment: Path, locat
     experiment = written_in if isinstance(written_in, Path) else experiment
     path = find_pipeline(spec.use, experiment)
     if path is None:
-        searched = ", ".join(str(d) for d in pipeline_search_path(experiment))
+        searched = ", ".join(str(d) for d in pipeline_bases(spec.use, experiment))
         names = available_pipelines(experiment)
         raise _error(locate, f"{key}.use", f"pipeline '{spec.use}' not found (looked in {searched}).{did_you_mean(spec.use, names)} "
                                            f"Available pipelines: {list_names(names, 30) or 'none'}.")
