@@ -1,4 +1,5 @@
 """Preemption, resume, atomic checkpoints, corrupt data and DDP faults: nothing is lost, nothing hangs."""
+import json
 import os
 import signal
 import subprocess
@@ -104,6 +105,49 @@ def test_stop_mid_epoch_then_resume_continues_bit_identically(reference, sig, co
     _, ev_cut = history(workdir, name, "eval/top1")
     _, ev_full = history(workdir, "full", "eval/top1")
     assert ev_cut == ev_full
+
+
+def test_resume_where_the_checkpoint_is_not_fetches_the_last_logged_one(reference):
+    import shutil
+
+    workdir, name = reference, "cut-elsewhere"
+    cut = runner(workdir, "launch", "experiments/tiny.yaml", f"tracking.run_name={name}")
+    wait_for(cut, "(global 8)")
+    cut.send_signal(signal.SIGTERM)
+    out = cut.stdout.read()
+    assert cut.wait(timeout=120) == 143, out
+    run, _ = history(workdir, name)
+    folder = Path(workdir, run.data.tags["runner.checkpoint"]).parent
+    step = torch.load(folder / "last.pt", weights_only=False)["step"]
+    shutil.rmtree(folder)  # resumed on another machine, which has the store but not the run's folder
+    resumed = runner(workdir, "resume", run.info.run_id)
+    out = resumed.stdout.read()
+    assert resumed.wait(timeout=300) == 0, out
+    assert f"checkpoint is not on this machine: fetched its last logged one (step {step})" in out
+    run, after = history(workdir, name)
+    _, expected = history(workdir, "full")
+    assert run.info.status == "FINISHED"
+    assert after == expected  # the same losses as the uninterrupted run
+    index = json.loads((folder / "index.json").read_text())  # the store's index came back, and went on
+    assert index["last"] == f"checkpoints/step-{18:07d}.pt" and index["steps"][index["last"]] == 18
+
+
+def test_resume_without_the_checkpoint_here_or_in_the_store_says_so(workdir):
+    import shutil
+
+    done = runner(workdir, "launch", "experiments/tiny.yaml", "trainer.epochs=1", "trainer.checkpoint_log=false",
+                  "tracking.run_name=unlogged")
+    assert done.wait(timeout=300) == 0, done.stdout.read()
+    run, _ = history(workdir, "unlogged")
+    written = run.data.tags["runner.checkpoint"]
+    shutil.rmtree(Path(workdir, written).parent)
+    resumed = runner(workdir, "resume", run.info.run_id)
+    out = resumed.stdout.read()
+    assert resumed.wait(timeout=120) == 2
+    assert out == (f"error: command line: run {run.info.run_id} has no checkpoint on this machine (tag "
+                   f"runner.checkpoint: {written}) and logged none to sqlite:///{workdir}/mlflow.db "
+                   "(trainer.checkpoint_log); resume it where it ran, or pass a checkpoint file to `runner launch "
+                   "EXPERIMENT --resume FILE`.\n")
 
 
 def test_a_kill_during_a_checkpoint_write_keeps_the_last_good_one(tmp_path):

@@ -22,17 +22,41 @@ def run(args) -> int:
 
     uri = resolve_tracking_uri(args.uri, error_at("--uri", file="command line") if args.uri else None)
     stored = open_store_run(uri, args.run_id)
-    checkpoint = stored.tags.get("runner.checkpoint")
-    if not checkpoint or not Path(checkpoint).is_file():
-        raise DataError(f"run {args.run_id} has no checkpoint on this machine (tag runner.checkpoint: "
-                        f"{checkpoint or 'not set'}); resume it where it ran, or pass a checkpoint file to "
-                        "`runner launch EXPERIMENT --resume FILE`.", file="command line")
     experiment = stored.tags.get("runner.experiment_file", "")
     overrides = shlex.split(stored.tags.get("runner.overrides", ""))
     if not Path(experiment).is_file():
         raise DataError(f"the experiment file of run {args.run_id} ({experiment or 'unknown'}) is not here; run "
                         "`runner export RUN_ID` to get it, then `runner launch FILE --resume CHECKPOINT`.",
                         file="command line")
-    console.note(f"resuming run {args.run_id}: {experiment} {' '.join(overrides)} from {checkpoint}")
     v = validate(experiment, overrides)
-    return launch(v, experiment, overrides, resume=checkpoint)
+    checkpoint = local_checkpoint(v, stored) or fetched_checkpoint(v, stored, uri)
+    console.note(f"resuming run {args.run_id}: {experiment} {' '.join(overrides)} from {checkpoint}")
+    return launch(v, experiment, overrides, resume=str(checkpoint))
+
+
+def local_checkpoint(v, stored) -> Path | None:
+    """The run's last.pt on this machine: where the run said it wrote it, or where this experiment keeps it."""
+    from runner import checkpoint
+
+    written = stored.tags.get("runner.checkpoint")
+    here = checkpoint.run_dir(v.config.trainer.checkpoint_dir, v.config.name, stored.run_id) / checkpoint.LAST
+    return next((Path(p) for p in (written, here) if p and Path(p).is_file()), None)
+
+
+def fetched_checkpoint(v, stored, uri: str) -> Path:
+    """The run's last checkpoint in its artifact store, downloaded to where this experiment keeps the run's."""
+    from runner import checkpoint
+    from runner.errors import DataError
+    from runner.tracking.weights import restore_last_checkpoint
+
+    folder = checkpoint.run_dir(v.config.trainer.checkpoint_dir, v.config.name, stored.run_id)
+    try:
+        path, step = restore_last_checkpoint(uri, stored.run_id, folder)
+    except DataError:
+        raise DataError(f"run {stored.run_id} has no checkpoint on this machine (tag runner.checkpoint: "
+                        f"{stored.tags.get('runner.checkpoint') or 'not set'}) and logged none to {uri} "
+                        "(trainer.checkpoint_log); resume it where it ran, or pass a checkpoint file to "
+                        "`runner launch EXPERIMENT --resume FILE`.", file="command line") from None
+    console.note(f"run {stored.run_id}'s checkpoint is not on this machine: fetched its last logged one "
+                 f"(step {step}) from {uri} into {folder}.")
+    return path

@@ -70,6 +70,27 @@ def fetch_run_weights(run_id: str, tracking_uri: str | None = None, which: str =
     return target
 
 
+def restore_last_checkpoint(uri: str, run_id: str, directory: Path) -> tuple[Path, int]:
+    """The run's last logged checkpoint as DIRECTORY/last.pt, with the store's index beside it as index.json (unless
+    one is there), so that a run resumed on another machine goes on keeping its stored checkpoints and its best.
+    Returns the file and the checkpoint's step. Raises DataError when the run logged no checkpoint."""
+    from runner.checkpoint import LAST
+    from runner.checkpoint_log import INDEX as LOCAL_INDEX
+    from runner.files import write_text_atomic
+
+    index = read_index(uri, run_id)
+    if index is None:
+        raise DataError(f"run {run_id} logged no checkpoint to {uri} (no {INDEX} among its artifacts).",
+                        where="RUN_ID")
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=directory) as tmp:
+        fetched = fetch_run_weights(run_id, uri, which="last", dest=Path(tmp))
+        os.replace(fetched, directory / LAST)
+    if not (directory / LOCAL_INDEX).is_file():
+        write_text_atomic(directory / LOCAL_INDEX, json.dumps(index, indent=1) + "\n", option="RUN_ID")
+    return directory / LAST, int(index.get("steps", {}).get(index["last"], -1))
+
+
 def latest_finished_run(uri: str, experiment: str) -> str:
     """The id of the newest FINISHED run of `experiment` in the store at `uri` that logged a checkpoint."""
     from runner.tracking.store import find_runs
