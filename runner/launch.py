@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import uuid
 from dataclasses import asdict
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from runner import console
 from runner.data.paths import split_dir, synth_dir
-from runner.errors import DataError
+from runner.errors import DataError, RunnerError
 from runner.machine import cpu_cores
 
 WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
@@ -330,5 +331,50 @@ def resolve_resume(v, resume: str) -> Path:
     candidate = checkpoint.run_dir(tc.checkpoint_dir, v.config.name, resume) / checkpoint.LAST
     if candidate.is_file():
         return candidate
+    uri = logged_to(v)
+    found = fetch_checkpoint(v, resume, uri, missing_ok=True) if uri and RUN_ID.fullmatch(resume) else None
+    if found is not None:
+        return found
+    stored = f", or logged to {uri}" if uri is not None else ""
     raise DataError(f"--resume {resume}: not a checkpoint file, a run folder, a run id with a checkpoint under "
-                    f"{tc.checkpoint_dir}/{v.config.name}/, or 'last'.")
+                    f"{tc.checkpoint_dir}/{v.config.name}/{stored}, or 'last'.")
+
+
+RUN_ID = re.compile(r"[0-9a-f]{6,32}")  # an MLflow run id, or the start of one
+
+
+def logged_to(v) -> str | None:
+    """The tracking store this experiment's runs log to; None with tracking off."""
+    from runner.tracking import resolve_tracking_uri
+
+    tracking = v.config.tracking
+    return resolve_tracking_uri(tracking.uri, v.loaded.at("tracking.uri")) if tracking.enabled else None
+
+
+def fetch_checkpoint(v, run_id: str, uri: str, *, missing_ok: bool = False) -> Path | None:
+    """Run `run_id`'s last checkpoint in the store at `uri`, downloaded to where this experiment keeps the run's
+    checkpoints (with the store's checkpoint index), for a resume on a machine that does not have it. Where the
+    store lacks the run or the run logged no checkpoint: None with `missing_ok`, else RunnerError / DataError. A
+    download that fails raises either way."""
+    from runner import checkpoint
+    from runner.tracking.store import get_run
+    from runner.tracking.weights import restore_last_checkpoint
+
+    try:
+        run_id = get_run(uri, run_id).run_id
+    except RunnerError:
+        if missing_ok:
+            return None
+        raise
+    folder = checkpoint.run_dir(v.config.trainer.checkpoint_dir, v.config.name, run_id)
+    if (folder / checkpoint.LAST).is_file():  # fetched already (each process of a launch resolves --resume)
+        return folder / checkpoint.LAST
+    try:
+        path, step = restore_last_checkpoint(uri, run_id, folder)
+    except DataError:
+        if missing_ok:
+            return None
+        raise
+    console.note(f"run {run_id}'s checkpoint is not on this machine: fetched its last logged one (step {step}) "
+                 f"from {uri} into {folder}.")
+    return path

@@ -107,10 +107,11 @@ def test_stop_mid_epoch_then_resume_continues_bit_identically(reference, sig, co
     assert ev_cut == ev_full
 
 
-def test_resume_where_the_checkpoint_is_not_fetches_the_last_logged_one(reference):
+@pytest.mark.parametrize("command", ["resume", "launch"])
+def test_resume_where_the_checkpoint_is_not_fetches_the_last_logged_one(reference, command):
     import shutil
 
-    workdir, name = reference, "cut-elsewhere"
+    workdir, name = reference, f"cut-elsewhere-{command}"
     cut = runner(workdir, "launch", "experiments/tiny.yaml", f"tracking.run_name={name}")
     wait_for(cut, "(global 8)")
     cut.send_signal(signal.SIGTERM)
@@ -120,7 +121,9 @@ def test_resume_where_the_checkpoint_is_not_fetches_the_last_logged_one(referenc
     folder = Path(workdir, run.data.tags["runner.checkpoint"]).parent
     step = torch.load(folder / "last.pt", weights_only=False)["step"]
     shutil.rmtree(folder)  # resumed on another machine, which has the store but not the run's folder
-    resumed = runner(workdir, "resume", run.info.run_id)
+    how = ["resume", run.info.run_id] if command == "resume" else ["launch", "experiments/tiny.yaml", "--resume",
+                                                                   run.info.run_id[:8]]
+    resumed = runner(workdir, *how)
     out = resumed.stdout.read()
     assert resumed.wait(timeout=300) == 0, out
     assert f"checkpoint is not on this machine: fetched its last logged one (step {step})" in out
@@ -151,6 +154,15 @@ def test_resume_without_the_checkpoint_here_or_in_the_store_says_so(workdir):
                    f"runner.checkpoint: {written}) and logged none to sqlite:///{workdir}/mlflow.db "
                    "(trainer.checkpoint_log); resume it where it ran, or pass a checkpoint file to `runner launch "
                    "EXPERIMENT --resume FILE`.\n")
+
+
+def test_a_resume_from_a_run_neither_here_nor_in_the_store_is_refused(workdir):
+    proc = runner(workdir, "launch", "experiments/tiny.yaml", "--resume", "0123abcd")
+    out = proc.stdout.read()
+    assert proc.wait(timeout=120) == 2, out
+    assert out.endswith("error: --resume 0123abcd: not a checkpoint file, a run folder, a run id with a checkpoint "
+                        f"under checkpoints/tiny/, or logged to sqlite:///{workdir.resolve()}/mlflow.db, or 'last'.\n")
+    assert not (workdir / "mlflow.db").exists()  # looking for the run made no store
 
 
 def test_a_kill_during_a_checkpoint_write_keeps_the_last_good_one(tmp_path):

@@ -10,7 +10,8 @@ def register(sub) -> None:
     p = sub.add_parser("launch", help="train and evaluate an experiment (DDP through torchrun), tracked in MLflow")
     add_experiment(p)
     p.add_argument("--resume", nargs="?", const="last", metavar="CHECKPOINT|RUN_ID",
-                   help="continue from a checkpoint: a file, a run id, or (no value) this experiment's latest")
+                   help="continue from a checkpoint: a file, a run id (its checkpoint fetched from the tracking store "
+                        "when it is not here), or (no value) this experiment's latest")
     p.set_defaults(handler=run)
 
 

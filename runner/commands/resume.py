@@ -45,18 +45,13 @@ def local_checkpoint(v, stored) -> Path | None:
 
 def fetched_checkpoint(v, stored, uri: str) -> Path:
     """The run's last checkpoint in its artifact store, downloaded to where this experiment keeps the run's."""
-    from runner import checkpoint
     from runner.errors import DataError
-    from runner.tracking.weights import restore_last_checkpoint
+    from runner.launch import fetch_checkpoint
 
-    folder = checkpoint.run_dir(v.config.trainer.checkpoint_dir, v.config.name, stored.run_id)
     try:
-        path, step = restore_last_checkpoint(uri, stored.run_id, folder)
+        return fetch_checkpoint(v, stored.run_id, uri)
     except DataError:
         raise DataError(f"run {stored.run_id} has no checkpoint on this machine (tag runner.checkpoint: "
                         f"{stored.tags.get('runner.checkpoint') or 'not set'}) and logged none to {uri} "
                         "(trainer.checkpoint_log); resume it where it ran, or pass a checkpoint file to "
                         "`runner launch EXPERIMENT --resume FILE`.", file="command line") from None
-    console.note(f"run {stored.run_id}'s checkpoint is not on this machine: fetched its last logged one "
-                 f"(step {step}) from {uri} into {folder}.")
-    return path
