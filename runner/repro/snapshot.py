@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from runner.config import LoadedExperiment, load_experiment
-from runner.config.load import find_pipeline, pipeline_search_path
+from runner.config.load import find_pipeline, is_pipeline_path, pipeline_search_path
 from runner.errors import ConfigError, RunnerError
 from runner.loaders.dali_plan import BOUND_PARAMS
 from runner.tracking.store import RunRecord, read_artifact
@@ -100,7 +100,7 @@ def write_snapshot(run: RunRecord, dest: Path) -> Snapshot:
 
 def _pinned_path(use: str, dest: Path, exp_dir: Path) -> Path | None:
     """Where `use:` finds the pinned copy first; None for an absolute path (pinning it would change `use`)."""
-    if use.endswith((".yaml", ".yml")) or "/" in use:
+    if is_pipeline_path(use):
         return None if Path(use).is_absolute() else exp_dir / use  # find_pipeline looks beside the experiment first
     return dest / "pipelines" / f"{use}.yaml"
 
