@@ -29,22 +29,15 @@ def run(args) -> int:
                         "`runner export RUN_ID` to get it, then `runner launch FILE --resume CHECKPOINT`.",
                         file="command line")
     v = validate(experiment, overrides)
-    checkpoint = local_checkpoint(v, stored) or fetched_checkpoint(v, stored, uri)
+    written = stored.tags.get("runner.checkpoint")
+    checkpoint = Path(written) if written and Path(written).is_file() else fetched_checkpoint(v, stored, uri)
     console.note(f"resuming run {args.run_id}: {experiment} {' '.join(overrides)} from {checkpoint}")
     return launch(v, experiment, overrides, resume=str(checkpoint))
 
 
-def local_checkpoint(v, stored) -> Path | None:
-    """The run's last.pt on this machine: where the run said it wrote it, or where this experiment keeps it."""
-    from runner import checkpoint
-
-    written = stored.tags.get("runner.checkpoint")
-    here = checkpoint.run_dir(v.config.trainer.checkpoint_dir, v.config.name, stored.run_id) / checkpoint.LAST
-    return next((Path(p) for p in (written, here) if p and Path(p).is_file()), None)
-
-
 def fetched_checkpoint(v, stored, uri: str) -> Path:
-    """The run's last checkpoint in its artifact store, downloaded to where this experiment keeps the run's."""
+    """The run's last.pt where this experiment keeps the run's checkpoints, else its last checkpoint in the store,
+    downloaded there (launch.fetch_checkpoint)."""
     from runner.errors import DataError
     from runner.launch import fetch_checkpoint
 

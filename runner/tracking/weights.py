@@ -44,7 +44,7 @@ def fetch_run_weights(run_id: str, tracking_uri: str | None = None, which: str =
     `run_id` may be a unique start of the id; `tracking_uri` defaults to the store runner launch logs to.
     "best" is the last checkpoint when the run named no trainer.checkpoint_best. Raises DataError when the
     run logged no checkpoint, RunnerError when the store does not answer or lacks the run."""
-    from runner.tracking.store import client, get_run, store_uri
+    from runner.tracking.store import get_run, store_uri
 
     if which not in WHICH:
         raise ValueError(f"which must be one of {WHICH}, not {which!r}")
@@ -58,22 +58,31 @@ def fetch_run_weights(run_id: str, tracking_uri: str | None = None, which: str =
     target = (dest or cache_dir() / record.run_id) / Path(name).name
     if target.is_file() and target.stat().st_size == index.get("sizes", {}).get(name, -1):
         return target
+    return _download(uri, record.run_id, name, target)
+
+
+def _download(uri: str, run_id: str, name: str, target: Path) -> Path:
+    """The run's artifact `name` written as the file `target`, atomically: a process reading it never sees half a
+    file. Raises RunnerError when the store does not hand it over."""
+    from runner.tracking.store import client
+
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as tmp:
         try:
-            local = client(uri).download_artifacts(record.run_id, name, tmp)
+            local = client(uri).download_artifacts(run_id, name, tmp)
         except Exception as e:  # noqa: BLE001 - what a store raises varies by store
-            raise RunnerError(f"cannot download {name} of run {record.run_id} from {uri}: "
+            raise RunnerError(f"cannot download {name} of run {run_id} from {uri}: "
                               f"{str(e).strip().splitlines()[0][:300]}", where="RUN_ID") from None
-        os.replace(local, target)  # atomic: a process reading the cache never sees half a file
-    log.info("fetched %s of run %s from %s into %s", name, record.run_id, uri, target)
+        os.replace(local, target)
+    log.info("fetched %s of run %s from %s into %s", name, run_id, uri, target)
     return target
 
 
 def restore_last_checkpoint(uri: str, run_id: str, directory: Path) -> tuple[Path, int]:
-    """The run's last logged checkpoint as DIRECTORY/last.pt, with the store's index beside it as index.json (unless
-    one is there), so that a run resumed on another machine goes on keeping its stored checkpoints and its best.
-    Returns the file and the checkpoint's step. Raises DataError when the run logged no checkpoint."""
+    """The last logged checkpoint of run `run_id` (its whole id) as DIRECTORY/last.pt, with the store's index beside
+    it as index.json (unless one is there), so that a run resumed on another machine goes on keeping its stored
+    checkpoints and its best. Returns the file and the checkpoint's step. Raises DataError when the run logged no
+    checkpoint."""
     from runner.checkpoint import LAST
     from runner.checkpoint_log import INDEX as LOCAL_INDEX
     from runner.files import write_text_atomic
@@ -82,10 +91,7 @@ def restore_last_checkpoint(uri: str, run_id: str, directory: Path) -> tuple[Pat
     if index is None:
         raise DataError(f"run {run_id} logged no checkpoint to {uri} (no {INDEX} among its artifacts).",
                         where="RUN_ID")
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=directory) as tmp:
-        fetched = fetch_run_weights(run_id, uri, which="last", dest=Path(tmp))
-        os.replace(fetched, directory / LAST)
+    _download(uri, run_id, index["last"], directory / LAST)
     if not (directory / LOCAL_INDEX).is_file():
         write_text_atomic(directory / LOCAL_INDEX, json.dumps(index, indent=1) + "\n", option="RUN_ID")
     return directory / LAST, int(index.get("steps", {}).get(index["last"], -1))
