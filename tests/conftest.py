@@ -44,6 +44,15 @@ def image_dataset(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request) -> Path:
+    """A folder shared by one test module's tests, removed when they are done: trained runs keep checkpoints of
+    ~90 MB, and the suite's runs would otherwise fill gigabytes of disk before the session ends."""
+    path = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2].removeprefix("test_"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Path:
     """A working directory with the shipped pipelines/ and an experiments/ folder; cwd is set to it."""

@@ -50,9 +50,9 @@ def copy_working_tree(dest: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory, image_dataset) -> Path:
+def checkout(module_tmp, image_dataset) -> Path:
     """A second copy of the working tree, with the experiment; its own working directory and store."""
-    root = tmp_path_factory.mktemp("checkout") / "runner"
+    root = module_tmp / "runner"
     copy_working_tree(root)
     (root / "experiments" / "det.yaml").write_text(EXPERIMENT.format(root=image_dataset))
     return root

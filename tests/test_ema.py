@@ -162,11 +162,11 @@ def histories(workdir: Path, run_name: str) -> tuple[object, dict[str, dict[int,
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
+def workdir(module_tmp) -> Path:
     """A project with the experiment and one uninterrupted run of it, 'full'."""
     import shutil
 
-    root = tmp_path_factory.mktemp("recipe")
+    root = module_tmp
     shutil.copytree(REPO / "pipelines", root / "pipelines")
     (root / "experiments").mkdir()
     (root / "experiments" / "recipe.yaml").write_text(EXPERIMENT)

@@ -48,11 +48,11 @@ class Origin:
 
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory) -> Origin:
+def origin(module_tmp) -> Origin:
     """One tiny run (a few steps on the CPU) with an extra eval split, logged in its project's ./mlflow.db."""
     from runner.cli import main
 
-    root = tmp_path_factory.mktemp("origin")
+    root = module_tmp
     data = root / "data"
     write_image_folder(data / "train", classes=3, per_class=8, seed=1)
     write_image_folder(data / "val", classes=3, per_class=3, seed=2)

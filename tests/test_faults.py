@@ -50,9 +50,9 @@ def workdir(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(module_tmp):
     """One uninterrupted run that the interrupted ones are compared with."""
-    root = make_workdir(tmp_path_factory.mktemp("resume"))
+    root = make_workdir(module_tmp)
     full = runner(root, "launch", "experiments/tiny.yaml", "tracking.run_name=full")
     assert full.wait(timeout=300) == 0, full.stdout.read()
     return root

@@ -55,13 +55,13 @@ def compiled_body(uri: str, run_id: str, role: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory, image_dataset) -> Origin:
+def origin(module_tmp, image_dataset) -> Origin:
     """One tiny deterministic run, logged in its own project folder's ./mlflow.db."""
     import torch
 
     from runner.cli import main
 
-    root = tmp_path_factory.mktemp("origin")
+    root = module_tmp
     shutil.copytree(REPO / "pipelines", root / "pipelines")
     (root / "experiments").mkdir()
     (root / "experiments" / "tiny.yaml").write_text(TINY.format(root=image_dataset))

@@ -44,9 +44,9 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
 # ---------------------------------------------------------------------------------- sqlite store
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, template_db) -> str:
+def store(module_tmp, template_db) -> str:
     """One sqlite store for the module, its artifacts in the temp dir too."""
-    root = tmp_path_factory.mktemp("store")
+    root = module_tmp
     shutil.copy(template_db, root / "mlflow.db")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     MlflowClient(uri).create_experiment(EXPERIMENT, artifact_location=str(root / "artifacts"))

@@ -56,9 +56,9 @@ def stored_files(client: MlflowClient, run_id: str, folder: str = "checkpoints")
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(module_tmp):
     """One real DALI launch into a store of its own (not the working directory's): (folder, uri, run id)."""
-    root = tmp_path_factory.mktemp("trained")
+    root = module_tmp
     import shutil
     shutil.copytree(REPO / "pipelines", root / "pipelines")
     write_image_folder(root / "data" / "train", classes=3, per_class=8, seed=1)
