@@ -44,6 +44,16 @@ def image_dataset(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session", autouse=True)
+def runner_cache(tmp_path_factory) -> Path:
+    """runner's user cache (reader file lists, fetched checkpoints) in the session's temp folder, not the user's
+    ~/.cache/runner; the CLI's subprocesses inherit it."""
+    path = tmp_path_factory.mktemp("runner-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNNER_CACHE", str(path))
+        yield path
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory, request) -> Path:
     """A folder shared by one test module's tests, removed when they are done: trained runs keep checkpoints of

@@ -255,3 +255,22 @@ def test_missing_skip_list(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError, match=r"^nope\.txt: no such skip list; `runner data check ROOT` writes one\.$"):
         read_skip_list(tmp_path / "nope.txt")
+
+
+def test_runner_cache_holds_reader_file_lists_cached_skip_lists_and_fetched_weights(tmp_path, monkeypatch):
+    from runner.data.skips import skip_list_locations, write_file_list
+    from runner.tracking.weights import cache_dir
+
+    split = tmp_path / "data" / "train"
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "rc"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    listed = write_file_list(split, [("c0/a.jpg", 0), ("c1/b.jpg", 1)])
+    assert listed.parent == tmp_path / "rc" / "file-lists" and listed.read_text() == "c0/a.jpg 0\nc1/b.jpg 1\n"
+    key = listed.name[:16]  # the split's key, which names its lists in the cache
+    assert skip_list_locations(split) == [split / DEFAULT_SKIP_LIST, tmp_path / "rc" / "skip-lists" / f"{key}.txt"]
+    assert cache_dir() == tmp_path / "rc" / "weights"
+    monkeypatch.delenv("RUNNER_CACHE")
+    assert cache_dir() == tmp_path / "xdg" / "runner" / "weights"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "runner" / "weights"

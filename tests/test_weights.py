@@ -110,9 +110,9 @@ def test_fetch_run_weights_from_another_store(trained, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(RunnerError, match=f"no tracking store at {tmp_path}/mlflow.db"):
         fetch_run_weights(run_id)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "cache"))
     last = fetch_run_weights(run_id[:10], tracking_uri=uri, which="last")
-    assert last == tmp_path / "cache" / "runner" / "weights" / run_id / "step-0000018.pt"
+    assert last == tmp_path / "cache" / "weights" / run_id / "step-0000018.pt"
     state = torch.load(last, map_location="cpu", weights_only=False)
     assert (state["step"], state["run_id"], state["label_map"]) == (18, run_id, {"c0": 0, "c1": 1, "c2": 2})
     assert state["config"]["model"]["name"] == "mobilenet_v3_small" and state["config"]["trainer"]["epochs"] == 3
@@ -124,12 +124,12 @@ def test_fetch_run_weights_from_another_store(trained, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_fine_tune_from_a_run_id_with_a_new_head(trained, project, capsys, monkeypatch):
     root, uri, run_id = trained
-    monkeypatch.setenv("XDG_CACHE_HOME", str(project / "cache"))
+    monkeypatch.setenv("RUNNER_CACHE", str(project / "cache"))
     exp = synth(project / "experiments" / "ft.yaml", classes=2)
     code, out, err = run_cli(["launch", exp, f"model.init.source={run_id}", f"model.init.uri={uri}",
                               "model.init.new_head=true"], capsys)
     assert code == 0, err
-    fetched = project / "cache" / "runner" / "weights" / run_id
+    fetched = project / "cache" / "weights" / run_id
     best = next(fetched.iterdir())
     shown = best.relative_to(project)
     assert (f"note: model.init: mobilenet_v3_small starts from {shown} (run {run_id}): 242 of 244 tensors loaded, 2 "
@@ -263,7 +263,7 @@ def test_store_down_checkpoints_wait_in_the_bundle_and_sync_delivers_them(projec
 def test_reproduce_weights_evaluates_the_stored_checkpoint_here(trained, capsys, monkeypatch):
     root, uri, run_id = trained
     monkeypatch.chdir(root)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    monkeypatch.setenv("RUNNER_CACHE", str(root / "cache"))
     code, out, err = run_cli(["reproduce", run_id, "--uri", uri, "--weights", "last"], capsys)
     assert code == 0, err
     assert f"note: evaluating the last checkpoint of run {run_id[:8]} (step 18, epoch 3; " in err

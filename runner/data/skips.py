@@ -1,10 +1,10 @@
 """Training around files that do not decode: skip lists -> a reader file list without them.
 
 `runner data check SPLIT` (or the runner itself, after a decode error) writes SPLIT/.runner-bad-files.txt;
-for a read-only dataset the list goes to ~/.cache/runner/skip-lists/ instead. A split's reader gets
-`file_list=` (every image of the split minus the listed ones, each labelled by its class name from the
-train split's label map, see data.labels) in place of scanning `file_root` itself; for the train split
-itself those are the labels fn.readers.file would give, and the file order is the reader's.
+for a read-only dataset the list goes to runner's user cache (runner.user_cache, ~/.cache/runner/skip-lists/)
+instead. A split's reader gets `file_list=` (every image of the split minus the listed ones, each labelled by its
+class name from the train split's label map, see data.labels) in place of scanning `file_root` itself; for the
+train split itself those are the labels fn.readers.file would give, and the file order is the reader's.
 """
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from runner.data.scan import (
     scan_image_folder,
     write_skip_list,
 )
-
-CACHE = Path(os.environ.get("RUNNER_CACHE", Path.home() / ".cache" / "runner"))
+from runner.user_cache import user_cache
 
 
 def _key(split_dir: Path) -> str:
@@ -31,7 +30,7 @@ def _key(split_dir: Path) -> str:
 
 def skip_list_locations(split_dir: Path) -> list[Path]:
     """Where a split's skip list may be: inside the split, or in runner's cache for read-only data."""
-    return [split_dir / DEFAULT_SKIP_LIST, CACHE / "skip-lists" / f"{_key(split_dir)}.txt"]
+    return [split_dir / DEFAULT_SKIP_LIST, user_cache("skip-lists") / f"{_key(split_dir)}.txt"]
 
 
 def skipped_files(split_dir: Path) -> tuple[set[str], list[Path]]:
@@ -74,7 +73,7 @@ def write_file_list(split_dir: Path, files: list[tuple[str, int]], tag: str = ""
     # a name that is not UTF-8 goes back to its own bytes, which is what the reader opens
     body = "".join(f"{path} {label}\n" for path, label in files).encode("utf-8", "surrogateescape")
     digest = hashlib.sha256(body).hexdigest()[:12]
-    out = CACHE / "file-lists" / f"{_key(split_dir)}{'-' + tag if tag else ''}-{digest}.txt"
+    out = user_cache("file-lists") / f"{_key(split_dir)}{'-' + tag if tag else ''}-{digest}.txt"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")

@@ -24,9 +24,10 @@ WHICH = ("best", "last")
 
 
 def cache_dir() -> Path:
-    """Where fetched checkpoints are kept: $XDG_CACHE_HOME/runner/weights (~/.cache/runner/weights)."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "runner" / "weights"
+    """Where fetched checkpoints are kept: runner's user cache (runner.user_cache), weights/<run id>/."""
+    from runner.user_cache import user_cache
+
+    return user_cache("weights")
 
 
 def read_index(uri: str, run_id: str) -> dict[str, Any] | None:
