@@ -88,7 +88,11 @@ def newest_evaluation(origin: Origin):
 
 
 def artifact_json(origin: Origin, run_id: str, name: str) -> dict:
-    return json.loads(Path(MlflowClient(origin.uri).download_artifacts(run_id, f"evaluation/{name}.json")).read_text())
+    from runner.tracking.store import read_artifact
+
+    text = read_artifact(origin.uri, run_id, f"evaluation/{name}.json")
+    assert text is not None, f"run {run_id} logged no evaluation/{name}.json"
+    return json.loads(text)
 
 
 def assert_consistent(origin: Origin, run, prefix: str, samples: int) -> None:

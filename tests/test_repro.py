@@ -50,7 +50,10 @@ def runs_tagged(uri: str, tag: str, value: str) -> list:
 
 def compiled_body(uri: str, run_id: str, role: str) -> str:
     """The compiled pipeline's DALI calls (the header names the experiment file, which differs)."""
-    text = Path(MlflowClient(uri).download_artifacts(run_id, f"pipelines/{role}_pipeline.py")).read_text()
+    from runner.tracking.store import read_artifact
+
+    text = read_artifact(uri, run_id, f"pipelines/{role}_pipeline.py")
+    assert text is not None, f"run {run_id} logged no pipelines/{role}_pipeline.py"
     return text[text.index("@pipeline_def"):]
 
 

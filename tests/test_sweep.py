@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
 
 from tests.conftest import run_cli
 from tests.test_repro import TINY, runs_tagged
@@ -22,7 +21,11 @@ def tiny(project, image_dataset) -> Path:
 
 
 def compiled_train(uri: str, run_id: str) -> str:
-    return Path(MlflowClient(uri).download_artifacts(run_id, "pipelines/train_pipeline.py")).read_text()
+    from runner.tracking.store import read_artifact
+
+    text = read_artifact(uri, run_id, "pipelines/train_pipeline.py")
+    assert text is not None, f"run {run_id} logged no pipelines/train_pipeline.py"
+    return text
 
 
 @pytest.mark.slow
