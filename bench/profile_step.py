@@ -6,7 +6,8 @@ Runs `runner bench`'s bare training step (runner.bench.measure.BareStep: train()
 loader and model, nothing else) under torch.profiler, and reads /proc for each thread of the process before and after.
 Prints a summary and writes DIR/profile.json and DIR/trace.json.gz (a Chrome trace for Perfetto).
 
-What it answers: how long the GPU sits idle between kernels; how much kernel time the loader's CUDA
+What it answers: how long the GPU sits idle between kernels; how long the model's stream has nothing to run, and
+how much of that the training thread spends waiting for its next batch; how much kernel time the loader's CUDA
 streams take next to the model's; which CUDA calls block and on which thread; whether the training thread
 waits for a core (run-queue delay, /proc/PID/task/TID/schedstat) while the loader's threads decode.
 """
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from runner.telemetry import thread_times  # noqa: E402  (after the path: run as a script from a checkout)
 
+NEXT_BATCH = "runner.next_batch"  # the profiler's label for the training thread's wait for its next batch
 BLOCKING = re.compile(r"Synchronize|Free|Malloc|HostAlloc|HostRegister|MemAlloc|EventQuery|StreamQuery|Memcpy(?!Async)")
 
 
@@ -56,13 +58,26 @@ def union_ms(intervals: list[tuple[float, float]]) -> float:
     return total / 1000
 
 
-def gaps(intervals: list[tuple[float, float]], over_us: float = 100) -> list[float]:
+def gap_spans(intervals: list[tuple[float, float]], over_us: float = 100) -> list[tuple[float, float]]:
+    """The stretches longer than `over_us` in which none of `intervals` runs, between the first and the last."""
     found, end = [], None
     for a, b in sorted(intervals):
         if end is not None and a - end > over_us:
-            found.append((a - end) / 1000)
+            found.append((end, a))
         end = b if end is None else max(end, b)
     return found
+
+
+def gaps(intervals: list[tuple[float, float]], over_us: float = 100) -> list[float]:
+    return [(b - a) / 1000 for a, b in gap_spans(intervals, over_us)]
+
+
+def overlap_ms(spans: list[tuple[float, float]], others: list[tuple[float, float]]) -> float:
+    """How much of `spans` (disjoint) some interval of `others` covers."""
+    covered = []
+    for a, b in spans:
+        covered += [(max(a, c), min(b, d)) for c, d in others if c < b and d > a]
+    return union_ms(covered)
 
 
 def trace_summary(events: list[dict], steps: int, main_tid: int) -> dict:
@@ -87,6 +102,15 @@ def trace_summary(events: list[dict], steps: int, main_tid: int) -> dict:
                                 "copy_ms_per_step": round(s["copy_ms"] / steps, 2),
                                 "top_kernels_ms_per_step": {k: round(v / steps, 3) for k, v in top}}
     idle = gaps(spans)
+    # the model's stream (the one with the most kernel time): when it has nothing to run, is the training thread
+    # waiting for a batch (NEXT_BATCH on the main thread), and does DALI's GPU work run meanwhile
+    model_sid = max(streams, key=lambda sid: streams[sid]["kernel_ms"])
+    model_gaps = gap_spans([(e["ts"], e["ts"] + e["dur"]) for e in gpu
+                            if e.get("args", {}).get("stream", -1) == model_sid])
+    waiting = [(e["ts"], e["ts"] + e["dur"]) for e in events
+               if e.get("ph") == "X" and e.get("name") == NEXT_BATCH and e.get("tid") == main_tid]
+    others = [(e["ts"], e["ts"] + e["dur"]) for e in gpu
+              if e["cat"] == "kernel" and e.get("args", {}).get("stream", -1) != model_sid]
     calls: dict[tuple, list] = defaultdict(list)
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and BLOCKING.search(e["name"]):
@@ -96,7 +120,21 @@ def trace_summary(events: list[dict], steps: int, main_tid: int) -> dict:
     return {"gpu_span_ms": round(span_ms, 1), "gpu_busy_pct": round(100 * union_ms(spans) / span_ms, 1),
             "idle_gaps_over_100us": {"count": len(idle), "total_ms": round(sum(idle), 1),
                                      "largest_ms": [round(g, 2) for g in sorted(idle)[-5:]]},
+            "model_stream_gaps_over_100us": {
+                "stream": model_sid, "count": len(model_gaps), "total_ms": round(union_ms(model_gaps), 1),
+                "while_waiting_for_a_batch_ms": round(overlap_ms(model_gaps, waiting), 1),
+                "while_other_streams_ran_kernels_ms": round(overlap_ms(model_gaps, others), 1)},
             "streams": per_stream, "blocking_calls": blocking[:15]}
+
+
+def labelled(batches):
+    """The same batches, each next() shown in the trace as NEXT_BATCH on the calling thread."""
+    from torch.profiler import record_function
+
+    while True:
+        with record_function(NEXT_BATCH):
+            batch = next(batches)
+        yield batch
 
 
 def main(argv: list[str]) -> int:
@@ -121,6 +159,7 @@ def main(argv: list[str]) -> int:
     torch_threads(d)
     with training_stream(v.config.trainer, d.device):  # the stream train() runs on
         step = BareStep(v, d)
+        step.batches = labelled(step.batches)
         step.warm_up(args.warmup)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
         before, t = thread_times(), time.perf_counter()

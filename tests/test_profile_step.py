@@ -20,10 +20,17 @@ def test_a_trace_summary_splits_kernel_time_by_stream_and_finds_gaps_and_blockin
               {"ph": "X", "cat": "gpu_memcpy", "name": "copy", "ts": 3500, "dur": 100, "args": {"stream": 50}},
               {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "ts": 0, "dur": 2000, "tid": 9},
               {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 5, "tid": 1},
-              {"ph": "X", "cat": "cuda_driver", "name": "cuMemFree_v2", "ts": 10, "dur": 300, "tid": 1}]
+              {"ph": "X", "cat": "cuda_driver", "name": "cuMemFree_v2", "ts": 10, "dur": 300, "tid": 1},
+              {"ph": "X", "cat": "user_annotation", "name": "runner.next_batch", "ts": 1900, "dur": 800, "tid": 1},
+              {"ph": "X", "cat": "user_annotation", "name": "runner.next_batch", "ts": 2000, "dur": 900, "tid": 9}]
     out = profile_step.trace_summary(events, steps=2, main_tid=1)
     assert out["gpu_span_ms"] == 4.0 and out["gpu_busy_pct"] == 87.5  # 3.5 ms of 4 busy
     assert out["idle_gaps_over_100us"] == {"count": 1, "total_ms": 0.5, "largest_ms": [0.5]}
+    # the model's stream (7) idles 2.0-3.0 ms: the training thread waits for a batch 2.0-2.7 (thread 9's wait is not
+    # the training thread's), and stream 50's resize runs 2.0-2.5
+    assert out["model_stream_gaps_over_100us"] == {"stream": 7, "count": 1, "total_ms": 1.0,
+                                                   "while_waiting_for_a_batch_ms": 0.7,
+                                                   "while_other_streams_ran_kernels_ms": 0.5}
     assert out["streams"]["7"] == {"kernels_per_step": 1.5, "kernel_ms_per_step": 1.5, "copy_ms_per_step": 0.0,
                                    "top_kernels_ms_per_step": {"gemm": 1.5}}
     assert out["streams"]["50"]["kernel_ms_per_step"] == 0.5 and out["streams"]["50"]["copy_ms_per_step"] == 0.05
