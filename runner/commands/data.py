@@ -25,7 +25,7 @@ TABLE_ROWS = 50  # longer lists are in the skip list file
 
 
 def register(sub) -> None:
-    p = sub.add_parser("data", help="dataset tools: synthetic ImageFolder, decode check, fingerprint")
+    p = sub.add_parser("data", help="dataset tools: synthetic ImageFolder, decode check, fingerprint, decoded or JPEG cache")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     defaults = SynthConfig()
 
