@@ -10,7 +10,7 @@ from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import schedule_notes
 from runner.data.eval_splits import check_split_names
 from runner.data.labels import LabelMap
-from runner.data.splits import check_labels
+from runner.data.splits import check_caches, check_labels
 from runner.dist import Dist
 from runner.loaders.dali_plan import checked_pipelines
 from runner.machine import processes_per_node, resolve_accelerator
@@ -61,6 +61,7 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     procs = processes_per_node(trainer.devices, acc, loaded.at("trainer.devices")) if accelerator is None else 1
     target = Dist(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     accumulation = check_accumulation(loaded, target.world)
+    check_caches(loaded)  # before the folders are scanned: a half-built cache has empty class folders
     graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
     check_split_names(loaded)
     labels, notes = check_labels(loaded)

@@ -893,6 +893,32 @@ def notebook_checkpoints_at_the_root(p: Path) -> None:
     (p / "data" / "train" / ".ipynb_checkpoints").mkdir()
 
 
+def unfinished_jpeg_cache(p: Path) -> None:
+    from runner.data.jpeg_cache import build_jpeg_cache
+
+    images(p / "src" / "train", per_class=4)
+    images(p / "src" / "val")
+
+    def stop_after_3(done: int, total: int) -> None:
+        if done == 3:
+            raise KeyboardInterrupt  # as Ctrl-C
+
+    with pytest.raises(KeyboardInterrupt):
+        build_jpeg_cache(p / "src", p / "data", max_side=16, quality=90, workers=1, progress=stop_after_3)
+
+
+def jpeg_cache_of_an_image_since_moved(p: Path) -> None:
+    """A cache, then an image relabelled in the source (moved to another class) and the cache built again: the
+    build writes it under its new class and keeps the old copy, which no source image backs."""
+    from runner.data.jpeg_cache import build_jpeg_cache
+
+    images(p / "src" / "train")
+    images(p / "src" / "val")
+    build_jpeg_cache(p / "src", p / "data", max_side=16, quality=90, workers=1)
+    os.replace(p / "src/train/c0/000.jpg", p / "src/train/c1/relabelled.jpg")
+    assert build_jpeg_cache(p / "src", p / "data", max_side=16, quality=90, workers=1).stale == ("train/c0/000.jpg",)
+
+
 FOLDER_CASES = [
     Case("a file where the eval split is expected", args=LAUNCH, setup=file_for_a_split,
          expected=f"experiments/exp.yaml:3: data.root: data/val: is a file, not a folder. {LAYOUT}"),
@@ -912,6 +938,16 @@ FOLDER_CASES = [
                   f"so these would shift the labels; remove them or add images. {LAYOUT}"),
     Case("an empty train folder, checked", args=["data", "check", "data/train"], exp=None, setup=empty_train,
          expected=f"data/train: the folder is empty. {LAYOUT}"),
+    Case("a cache whose build did not finish", args=LAUNCH, setup=unfinished_jpeg_cache,
+         expected="experiments/exp.yaml:3: data.root: data is a cache whose build did not finish, so it holds only "
+                  "part of its source {project}/src. Run `runner data cache {project}/src data --format jpeg "
+                  "--max-side 16 --quality 90` again: it continues where it stopped."),
+    Case("a cache holding an image its source moved to another class", args=LAUNCH,
+         setup=jpeg_cache_of_an_image_since_moved,
+         expected="experiments/exp.yaml:3: data.root: data holds 1 entry that no image of its source {project}/src "
+                  "backs (removed, or moved to another class, since they were cached): train/c0/000.jpg. A run would "
+                  "read each as an image of the class folder it sits in. Remove them (paths relative to data), or "
+                  "build the cache into a new folder."),
 ]
 
 

@@ -172,6 +172,32 @@ def test_cache_files_without_a_source_are_reported(src, tmp_path):
     assert s.stale == ("val/c0/001.jpg.npy",) and s.images == 17
 
 
+def test_runs_refuse_a_cache_holding_an_image_its_source_no_longer_has_until_it_is_removed(src, project, capsys):
+    (project / "experiments" / "exp.yaml").write_text("""
+model: {name: resnet18, num_classes: 3}
+data: {root: jpeg, batch_size: 2}
+pipelines:
+  train: {use: imagenet_train, params: {size: 32, decode_device: cpu}}
+  eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36, decode_device: cpu}}
+tracking: {enabled: false}
+""")
+    cache = ["data", "cache", "src", "jpeg", "--format", "jpeg", "--max-side", MAX_SIDE]
+    assert run_cli(cache, capsys)[0] == 0
+    os.replace(src / "train" / "c0" / "001.jpg", src / "train" / "c2" / "relabelled.jpg")  # the source relabelled
+    code, out, err = run_cli(cache, capsys)
+    assert code == 0 and "1 written, 17 already there" in out
+    assert err == ("note: 1 entry in jpeg no source image backs (removed, or moved to another class, since they were "
+                   "cached): train/c0/001.jpg. A run on this cache would read each as an image of the class folder it "
+                   "sits in, so runs refuse the cache until they are removed; remove them (paths relative to jpeg), or "
+                   "build the cache into a new folder.\n")
+    code, _, err = run_cli(["validate", "experiments/exp.yaml"], capsys)
+    assert code == 2 and err.startswith("error: experiments/exp.yaml:3: data.root: jpeg holds 1 entry that no image "
+                                        f"of its source {src.resolve()} backs")
+    (project / "jpeg" / "train" / "c0" / "001.jpg").unlink()
+    code, out, err = run_cli(["validate", "experiments/exp.yaml"], capsys)
+    assert code == 0 and out.startswith("OK experiments/exp.yaml"), err
+
+
 def test_cli_prints_sizes_and_the_ratio(src, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(["data", "cache", "src", "cache", "--max-side", MAX_SIDE, "--workers", 2], capsys)

@@ -218,8 +218,11 @@ def _cache_notes(s: CacheSummary) -> None:
         console.out.print(f"skip list: {escape(display_path(s.skip_list))} ({len(s.skipped)} file(s))")
     if s.stale:
         shown = ", ".join(s.stale[:3]) + (f" and {len(s.stale) - 3} more" if len(s.stale) > 3 else "")
-        console.note(f"{len(s.stale)} entries in {display_path(s.root)} have no source image and would be read as "
-                     f"data: {shown}. Remove them, or build the cache into a new folder.")
+        entries = "1 entry" if len(s.stale) == 1 else f"{len(s.stale)} entries"
+        console.note(f"{entries} in {display_path(s.root)} no source image backs (removed, or moved to another class, "
+                     f"since they were cached): {shown}. A run on this cache would read each as an image of the class "
+                     "folder it sits in, so runs refuse the cache until they are removed; remove them (paths relative to "
+                     f"{display_path(s.root)}), or build the cache into a new folder.")
 
 
 def _cache_line(s: CacheSummary, how: str | None = None) -> str:

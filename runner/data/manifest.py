@@ -6,7 +6,10 @@ the cache was made from one split, or one folder up when it was made from a fold
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+from runner.errors import display_path
 
 MARKER = ".runner-cache.json"  # runner.data.cache.MARKER, spelt here so that reading it does not import numpy
 
@@ -35,6 +38,39 @@ def describe(manifest: dict) -> str:
                 f"{s['subsampling']} chroma, small JPEGs {s['small_jpegs']}; Pillow {s['pillow']}, {s['libjpeg']})"
                 + state)
     return f"decoded cache (.npy), longer side <= {s.get('max_side')} px (format {s.get('format')})" + state
+
+
+def build_command(root: Path, manifest: dict) -> str:
+    """The `runner data cache` command that made (and resumes) the cache at `root`."""
+    s = manifest["settings"]
+    how = (f"--format jpeg --max-side {s.get('max_side')} --quality {s.get('quality')}" if s.get("format") == "jpeg"
+           else f"--max-side {s.get('max_side')}")
+    return f"runner data cache {manifest.get('source')} {display_path(root)} {how}"
+
+
+def cache_problem(folder: str | Path) -> str | None:
+    """Why a run must not read `folder`, a cache or one of its splits, as its data: the cache's build did not finish
+    (it holds part of its source), or it still holds entries that no source image backs (listed by its last build:
+    images removed or moved to another class since, which a run would read under their old class); None for a
+    whole cache and for folders that are not caches."""
+    found = find_manifest(folder)
+    if found is None:
+        return None
+    root, manifest = found
+    if not manifest.get("complete"):
+        return (f"{display_path(root)} is a cache whose build did not finish, so it holds only part of its source "
+                f"{manifest.get('source')}. Run `{build_command(root, manifest)}` again: it continues where it "
+                "stopped.")
+    listed = (manifest.get("summary") or {}).get("stale") or []
+    stale = [name for name in listed if os.path.lexists(root / name.rstrip("/"))]
+    if not stale:
+        return None
+    shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+    entries = "1 entry" if len(stale) == 1 else f"{len(stale)} entries"
+    return (f"{display_path(root)} holds {entries} that no image of its source {manifest.get('source')} "
+            f"backs (removed, or moved to another class, since they were cached): {shown}. A run would read each as "
+            f"an image of the class folder it sits in. Remove them (paths relative to {display_path(root)}), or build "
+            "the cache into a new folder.")
 
 
 def run_params(role: str, folder: str | Path) -> dict[str, str]:

@@ -9,7 +9,7 @@ from runner.config import LoadedExperiment
 from runner.config.sections import DataConfig
 from runner.data.labels import LabelMap
 from runner.data.paths import data_root, split_dir
-from runner.errors import display_path
+from runner.errors import DataError, display_path
 
 
 def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | None = None):
@@ -82,6 +82,21 @@ def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
         return None
     with naming_data_key(loaded, "train", folder):
         return load_label_map(folder)
+
+
+def check_caches(loaded: LoadedExperiment) -> None:
+    """DataError at data.root when a split the run reads is a cache that must not be read as it is (an unfinished
+    build, entries without a source image: runner.data.manifest.cache_problem)."""
+    from runner.data.manifest import cache_problem
+
+    data = loaded.config.data
+    if data.loader == "synthetic" or not data.root:
+        return
+    for folder in dict.fromkeys([split_dir(data, "train"), split_dir(data, "eval"),
+                                 *(data_root(data) / name for name in data.eval_splits)]):
+        problem = cache_problem(folder)
+        if problem:
+            raise DataError(problem, **loaded.at("data.root"))
 
 
 def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
