@@ -8,7 +8,7 @@ The CLI prints `str(error)` as one paragraph and exits with code 2; nothing belo
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,17 @@ def list_names(names: Iterable[str], limit: int = 12) -> str:
     if len(names) <= limit:
         return ", ".join(names)
     return ", ".join(names[:limit]) + f", ... ({len(names)} in all)"
+
+
+def first_names(names: Sequence[str], limit: int) -> str:
+    """The first `limit` names and how many more: 'a, b, c and 4 more'."""
+    extra = len(names) - limit
+    return ", ".join(names[:limit]) + (f" and {extra} more" if extra > 0 else "")
+
+
+def counted(n: int, singular: str, plural: str) -> str:
+    """'1 entry', '3 entries'."""
+    return f"{n} {singular if n == 1 else plural}"
 
 
 def first_line(e: BaseException) -> str:

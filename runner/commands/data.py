@@ -12,7 +12,7 @@ from rich.markup import escape
 from runner import console
 from runner.config.sections import SynthConfig
 from runner.data.scan import DEFAULT_SKIP_LIST
-from runner.errors import DataError, display_path
+from runner.errors import DataError, counted, display_path, first_names
 from runner.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -114,8 +114,7 @@ def run_check(args) -> int:
     if report.bad:
         console.out.print(_issues_table(f"{len(report.bad)} file(s) that do not decode", report.bad))
     if report.ignored:
-        n = len(report.ignored)
-        console.out.print(_issues_table(f"{n} {'entry' if n == 1 else 'entries'} ignored by the reader",
+        console.out.print(_issues_table(f"{counted(len(report.ignored), 'entry', 'entries')} ignored by the reader",
                                         report.ignored))
     console.out.print(_decoded_line(report))
     output = Path(args.output) if args.output else default_skip_list(report.root)
@@ -217,10 +216,8 @@ def _cache_notes(s: CacheSummary) -> None:
         console.out.print(_issues_table(f"{len(s.skipped)} file(s) that do not decode, left out", s.skipped))
         console.out.print(f"skip list: {escape(display_path(s.skip_list))} ({len(s.skipped)} file(s))")
     if s.stale:
-        shown = ", ".join(s.stale[:3]) + (f" and {len(s.stale) - 3} more" if len(s.stale) > 3 else "")
-        entries = "1 entry" if len(s.stale) == 1 else f"{len(s.stale)} entries"
-        console.note(f"{entries} in {display_path(s.root)} no source image backs (removed, or moved to another class, "
-                     f"since they were cached): {shown}. A run on this cache would read each as an image of the class "
+        console.note(f"{counted(len(s.stale), 'entry', 'entries')} in {display_path(s.root)} no source image backs "
+                     f"(removed, or moved to another class, since they were cached): {first_names(s.stale, 3)}. A run on this cache would read each as an image of the class "
                      "folder it sits in, so runs refuse the cache until they are removed; remove them (paths relative to "
                      f"{display_path(s.root)}), or build the cache into a new folder.")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.data.scan import class_folders
-from runner.errors import ConfigError, DataError, display_path, list_names
+from runner.errors import ConfigError, DataError, display_path, first_names, list_names
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def missing_classes(label_map: LabelMap, folder: Path) -> list[str]:
 
 
 def extra_classes_error(label_map: LabelMap, folder: Path, extra: list[str], at: dict) -> DataError:
-    shown = ", ".join(f"'{n}'" for n in extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+    shown = first_names([f"'{n}'" for n in extra], 8)
     return DataError(f"{display_path(folder)} holds {len(extra)} class folder(s) that the train split "
                      f"{display_path(label_map.folder)} lacks: {shown}. Labels are numbered by the train split's "
                      f"class folders ({len(label_map)}: {list_names(label_map.classes, 6)}), so these images would "
@@ -89,7 +89,7 @@ def labelled_files(label_map: LabelMap, folder: Path, files: list[tuple[str, int
 
 
 def missing_note(label_map: LabelMap, folder: Path, missing: list[str]) -> str:
-    shown = ", ".join(f"'{n}'" for n in missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    shown = first_names([f"'{n}'" for n in missing], 8)
     return (f"{display_path(folder)} has no folder for {len(missing)} of the {len(label_map)} classes of "
             f"{display_path(label_map.folder)} ({shown}); evaluation counts the images it has, each labelled by "
             "its class name as in the train split.")

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from runner.errors import display_path
+from runner.errors import counted, display_path, first_names
 
 MARKER = ".runner-cache.json"  # runner.data.cache.MARKER, spelt here so that reading it does not import numpy
 
@@ -65,10 +65,8 @@ def cache_problem(folder: str | Path) -> str | None:
     stale = [name for name in listed if os.path.lexists(root / name.rstrip("/"))]
     if not stale:
         return None
-    shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
-    entries = "1 entry" if len(stale) == 1 else f"{len(stale)} entries"
-    return (f"{display_path(root)} holds {entries} that no image of its source {manifest.get('source')} "
-            f"backs (removed, or moved to another class, since they were cached): {shown}. A run would read each as "
+    return (f"{display_path(root)} holds {counted(len(stale), 'entry', 'entries')} that no image of its source {manifest.get('source')} "
+            f"backs (removed, or moved to another class, since they were cached): {first_names(stale, 5)}. A run would read each as "
             f"an image of the class folder it sits in. Remove them (paths relative to {display_path(root)}), or build "
             "the cache into a new folder.")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from runner.data.pool import Progress, map_in_pool
-from runner.errors import DataError, display_path
+from runner.errors import DataError, display_path, first_names
 
 # fn.readers.file's default `file_filters` and `case_sensitive_filter` (DALI 2.4; a test compares them
 # with the installed DALI's schema). The audio patterns are the reader's too: such files are read and
@@ -141,7 +141,7 @@ def _why_missing(root: Path) -> str:
         return ""
     if not siblings:
         return ""
-    shown = ", ".join(siblings[:8]) + (f" and {len(siblings) - 8} more" if len(siblings) > 8 else "")
+    shown = first_names(siblings, 8)
     return f"; {display_path(root.absolute().parent)} holds: {shown}"
 
 
@@ -174,7 +174,7 @@ def _class_files(folder: Path, suffixes: tuple[str, ...] = _SUFFIXES) -> tuple[l
 def _empty_classes_message(root: Path, classes: list[str], empty: list[str], ignored: list[FileIssue],
                            suffixes: tuple[str, ...]) -> str:
     nested = [name for name in empty if any(e.is_dir() for e in _entries(root / name))]
-    shown = ", ".join(f"'{n}'" for n in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+    shown = first_names([f"'{n}'" for n in empty], 5)
     if len(empty) == len(classes) and nested:
         return (f"no images directly inside its subfolders ({shown}); they hold folders. If this folder holds "
                 f"splits, point at one split, e.g. {display_path(root / nested[0])}. Expected {LAYOUT}.")
