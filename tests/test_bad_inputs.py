@@ -944,10 +944,10 @@ FOLDER_CASES = [
                   "--max-side 16 --quality 90` again: it continues where it stopped."),
     Case("a cache holding an image its source moved to another class", args=LAUNCH,
          setup=jpeg_cache_of_an_image_since_moved,
-         expected="experiments/exp.yaml:3: data.root: data holds 1 entry that no image of its source {project}/src "
-                  "backs (removed, or moved to another class, since they were cached): train/c0/000.jpg. A run would "
-                  "read each as an image of the class folder it sits in. Remove them (paths relative to data), or "
-                  "build the cache into a new folder."),
+         expected="experiments/exp.yaml:3: data.root: data holds 1 entry for which its last build found no image "
+                  "in its source {project}/src (removed, or moved to another class, since cached): train/c0/000.jpg. "
+                  "A run would read each as an image of the class folder it sits in. Remove them (paths relative to "
+                  "data), or build the cache into a new folder."),
 ]
 
 

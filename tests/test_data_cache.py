@@ -186,13 +186,13 @@ tracking: {enabled: false}
     os.replace(src / "train" / "c0" / "001.jpg", src / "train" / "c2" / "relabelled.jpg")  # the source relabelled
     code, out, err = run_cli(cache, capsys)
     assert code == 0 and "1 written, 17 already there" in out
-    assert err == ("note: 1 entry in jpeg no source image backs (removed, or moved to another class, since they were "
+    assert err == ("note: jpeg holds 1 entry that no source image backs (removed, or moved to another class, since "
                    "cached): train/c0/001.jpg. A run on this cache would read each as an image of the class folder it "
                    "sits in, so runs refuse the cache until they are removed; remove them (paths relative to jpeg), or "
                    "build the cache into a new folder.\n")
     code, _, err = run_cli(["validate", "experiments/exp.yaml"], capsys)
-    assert code == 2 and err.startswith("error: experiments/exp.yaml:3: data.root: jpeg holds 1 entry that no image "
-                                        f"of its source {src.resolve()} backs")
+    assert code == 2 and err.startswith("error: experiments/exp.yaml:3: data.root: jpeg holds 1 entry for which its "
+                                        f"last build found no image in its source {src.resolve()} (removed")
     (project / "jpeg" / "train" / "c0" / "001.jpg").unlink()
     code, out, err = run_cli(["validate", "experiments/exp.yaml"], capsys)
     assert code == 0 and out.startswith("OK experiments/exp.yaml"), err
@@ -424,10 +424,18 @@ def test_jpeg_cache_cli_and_fingerprint_show_the_manifest(src, tmp_path, capsys,
         f"jpeg: JPEG cache, longer side <= 48 px, quality 85 (lanczos filter, 4:2:0 chroma, small JPEGs copied; "
         f"Pillow {settings['pillow']}, {settings['libjpeg']})")
     train = fingerprint(src / "train")
-    assert f"  source train: 12 files in 3 classes, {train['bytes']} bytes, sha256 {train['sha256']}" in lines
+    assert f"  source train: 12 files in 3 classes, {train['bytes']} bytes, sha256 {train['sha256']}; unchanged" in lines
     assert f"sha256 {fingerprint(tmp_path / 'jpeg' / 'val')['sha256']}" in lines
     code, out, _ = run_cli(["data", "fingerprint", "jpeg/train"], capsys)
     assert out.splitlines()[0] == lines[0] and "jpeg/train: 12 files in 3 classes," in out
+
+    os.replace(src / "val" / "c0" / "000.jpg", src / "val" / "c1" / "moved.jpg")  # the source relabelled since
+    val = fingerprint(src / "val")
+    code, out, _ = run_cli(["data", "fingerprint", "jpeg"], capsys)
+    assert code == 0 and (f"  source val: 6 files in 3 classes, {val['bytes']} bytes, sha256 " in out
+                          and f"; changed since (now 6 files in 3 classes, {val['bytes']} bytes): `runner data cache "
+                          f"{src.resolve()} jpeg --format jpeg --max-side 48 --quality 85` brings the cache up to "
+                          "date" in out.replace("\n", ""))
 
 
 def test_a_run_on_a_jpeg_cache_records_its_settings_and_source(src, tmp_path):

@@ -163,15 +163,36 @@ def run_fingerprint(args) -> int:
     return 0
 
 
+def _source_now(folder: Path, then: dict, root: Path, manifest: dict) -> str:
+    """Whether a cache's source split, where it is on this machine, still has the fingerprint it had when cached."""
+    from runner.data.manifest import build_command
+    from runner.data.scan import fingerprint
+
+    if not folder.is_dir():
+        return "not on this machine"
+    try:
+        now = fingerprint(folder)
+    except DataError as e:
+        return f"not readable now ({e.message})"
+    if now["sha256"] == then["sha256"]:
+        return "unchanged"
+    return (f"changed since (now {now['files']} files in {now['classes']} classes, {now['bytes']} bytes): "
+            f"`{build_command(root, manifest)}` brings the cache up to date")
+
+
 def _print_manifest(root: Path, manifest: dict) -> None:
-    from runner.data.manifest import describe
+    from runner.data.manifest import cache_problem, describe
 
     console.out.print(f"{escape(display_path(root))}: {escape(describe(manifest))}")
     console.out.print(f"made from {escape(str(manifest.get('source')))}")
     for split, fp in (manifest.get("source_fingerprint") or {}).items():
+        now = _source_now(Path(str(manifest.get("source"))) / split, fp, root, manifest)
         console.out.print(f"  source {split or '(one split)'}: {fp['files']} files in {fp['classes']} classes, "
-                          f"{fp['bytes']} bytes, sha256 {fp['sha256']}")
+                          f"{fp['bytes']} bytes, sha256 {fp['sha256']}; {escape(now)}")
     s = manifest.get("summary")
+    problem = cache_problem(root)
+    if problem:
+        console.out.print(f"  {escape(problem)}")
     if s and "bytes_out" in s:
         console.out.print(f"  {s['images']} images ({s['copied']} copied as they are), {len(s['skipped'])} left "
                           f"out as undecodable; {_mib(s['bytes_out'])} for {_mib(s['bytes_in'])} of source images, "
@@ -216,8 +237,8 @@ def _cache_notes(s: CacheSummary) -> None:
         console.out.print(_issues_table(f"{len(s.skipped)} file(s) that do not decode, left out", s.skipped))
         console.out.print(f"skip list: {escape(display_path(s.skip_list))} ({len(s.skipped)} file(s))")
     if s.stale:
-        console.note(f"{counted(len(s.stale), 'entry', 'entries')} in {display_path(s.root)} no source image backs "
-                     f"(removed, or moved to another class, since they were cached): {first_names(s.stale, 3)}. A run on this cache would read each as an image of the class "
+        console.note(f"{display_path(s.root)} holds {counted(len(s.stale), 'entry', 'entries')} that no source image "
+                     f"backs (removed, or moved to another class, since cached): {first_names(s.stale, 3)}. A run on this cache would read each as an image of the class "
                      "folder it sits in, so runs refuse the cache until they are removed; remove them (paths relative to "
                      f"{display_path(s.root)}), or build the cache into a new folder.")
 

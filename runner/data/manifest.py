@@ -65,10 +65,10 @@ def cache_problem(folder: str | Path) -> str | None:
     stale = [name for name in listed if os.path.lexists(root / name.rstrip("/"))]
     if not stale:
         return None
-    return (f"{display_path(root)} holds {counted(len(stale), 'entry', 'entries')} that no image of its source {manifest.get('source')} "
-            f"backs (removed, or moved to another class, since they were cached): {first_names(stale, 5)}. A run would read each as "
-            f"an image of the class folder it sits in. Remove them (paths relative to {display_path(root)}), or build "
-            "the cache into a new folder.")
+    return (f"{display_path(root)} holds {counted(len(stale), 'entry', 'entries')} for which its last build found no "
+            f"image in its source {manifest.get('source')} (removed, or moved to another class, since cached): "
+            f"{first_names(stale, 5)}. A run would read each as an image of the class folder it sits in. Remove them "
+            f"(paths relative to {display_path(root)}), or build the cache into a new folder.")
 
 
 def run_params(role: str, folder: str | Path) -> dict[str, str]:
