@@ -362,3 +362,52 @@ def test_drift_lists_what_differs_from_the_runs_machine(tiny):
     assert diffs["processes"] == ("64", str(v.target.world))
     if v.target.accelerator == "cpu":  # the thread count decides CPU results only
         assert diffs["torch CPU threads"][0] == "999"
+
+
+def test_drift_names_the_cache_a_run_read_and_how_to_make_it_here(project, image_dataset, tmp_path):
+    """A run on a JPEG cache logs its settings, encoder and source; reproduce compares them with the cache data.root
+    names here: none for a copy of it elsewhere, a row per split for another size or the original images, and a
+    note with the command that makes the run's cache."""
+    from runner.commands.reproduce import cache_advice
+    from runner.data.jpeg_cache import build_jpeg_cache
+    from runner.data.manifest import run_params
+    from runner.data.scan import fingerprint
+    from runner.repro.drift import cache_differences
+    from runner.tracking.store import RunRecord
+    from runner.validate import validate
+
+    for side in (48, 32):
+        build_jpeg_cache(image_dataset, tmp_path / f"c{side}", max_side=side, quality=90, workers=1)
+    shutil.copytree(tmp_path / "c48", tmp_path / "moved" / "c48")
+    (project / "experiments" / "t.yaml").write_text(TINY.format(root=tmp_path / "c48"))
+    params = {**run_params("train", tmp_path / "c48" / "train"), **run_params("eval", tmp_path / "c48" / "val")}
+    record = RunRecord(run_id="ab" * 16, name="r", experiment="tiny", status="FINISHED", start_ms=0, end_ms=1,
+                       params=params, tags={}, metric_keys=(), uri="sqlite:///x.db")
+
+    def here(root) -> list[tuple[str, str, str]]:
+        v = validate("experiments/t.yaml", [f"data.root={root}"])
+        return [(d.what, d.run, d.here) for d in cache_differences(record, v)]
+
+    assert here(tmp_path / "c48") == [] and here(tmp_path / "moved" / "c48") == []
+    settings = {k: params[f"data.cache.train.{k}"] for k in ("pillow", "libjpeg")}
+    source = {role: fingerprint(image_dataset / split) for role, split in (("train", "train"), ("eval", "val"))}
+
+    def cache(side: int, role: str) -> str:
+        return (f"JPEG cache, longer side <= {side} px, quality 90 (Pillow {settings['pillow']}, {settings['libjpeg']})"
+                f", of a source of {source[role]['files']} files, sha256 {source[role]['sha256'][:12]}")
+
+    assert here(tmp_path / "c32") == [("cache (train)", cache(48, "train"), cache(32, "train")),
+                                      ("cache (eval)", cache(48, "eval"), cache(32, "eval"))]
+    assert here(image_dataset) == [("cache (train)", cache(48, "train"), "-"), ("cache (eval)", cache(48, "eval"), "-")]
+    assert cache_advice(record) == (
+        f"run abababab trained on a {cache(48, 'train')}. To reproduce it, make that cache here from the same source "
+        f"(`runner data fingerprint SRC/train` gives sha256 {source['train']['sha256'][:12]}...): `runner data cache "
+        "SRC DST --format jpeg --max-side 48 --quality 90`, then pass data.root=DST; the same Pillow and libjpeg-turbo "
+        "write the same files.")
+    original = RunRecord(run_id="cd" * 16, name="r", experiment="tiny", status="FINISHED", start_ms=0, end_ms=1,
+                         params={}, tags={}, metric_keys=(), uri="sqlite:///x.db")
+    v = validate("experiments/t.yaml")
+    assert [(d.run, d.here) for d in cache_differences(original, v)] == [("-", cache(48, "train")),
+                                                                         ("-", cache(48, "eval"))]
+    assert cache_advice(original) == ("run cdcdcdcd read its train split from the original images, not a cache: "
+                                      "point data.root=... at them to reproduce it.")

@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.launch import checked_with_data, ensure_data, launch
-    from runner.repro.drift import data_differences, label_differences, machine_differences
+    from runner.repro.drift import cache_differences, data_differences, label_differences, machine_differences
     from runner.repro.snapshot import write_snapshot
     from runner.tracking.store import get_run, store_uri
 
@@ -52,7 +52,7 @@ def run(args) -> int:
         ensure_data(v)  # the generated set is deterministic: generate it so its fingerprint can be compared
         v = checked_with_data(v)
     print_differences(record, machine_differences(record, v) + data_differences(record, v)
-                      + label_differences(record, v))
+                      + cache_differences(record, v) + label_differences(record, v))
     if args.weights:
         return evaluate_weights(record, v, uri, args.weights)
     command = shlex.join(["runner", "launch", display_path(snap.experiment), *overrides])
@@ -126,6 +126,24 @@ def print_differences(record, diffs) -> None:
     if any(d.kind == "data" for d in diffs):
         console.note("the data differs from what the run read (file names or sizes): the batches, and so the "
                      "results, will not be the run's. Point data.root=... at the same data to reproduce it.")
+    if any(d.kind == "cache" for d in diffs):
+        console.note(cache_advice(record))
+
+
+def cache_advice(record) -> str:
+    """How to make here the cache the run trained on (or say that it read none)."""
+    from runner.data.manifest import build_options
+    from runner.repro.drift import describe_cache, logged_cache
+
+    cache = logged_cache(record.params, "train")
+    if not cache:
+        return (f"run {record.short} read its train split from the original images, not a cache: point "
+                "data.root=... at them to reproduce it.")
+    sha = cache.get("source_fingerprint.sha256", "")
+    return (f"run {record.short} trained on a {describe_cache(cache)}. To reproduce it, make that cache here from "
+            f"the same source (`runner data fingerprint SRC/train` gives sha256 {sha[:12]}...): `runner data cache SRC "
+            f"DST {build_options(cache)}`, then pass data.root=DST; the same Pillow and libjpeg-turbo write the same "
+            "files.")
 
 
 def _point_to_compare(record, v, uri: str) -> None:

@@ -40,12 +40,16 @@ def describe(manifest: dict) -> str:
     return f"decoded cache (.npy), longer side <= {s.get('max_side')} px (format {s.get('format')})" + state
 
 
+def build_options(settings: dict) -> str:
+    """The `runner data cache` options that make a cache with these settings (a manifest's, or a run's params)."""
+    if str(settings.get("format")) == "jpeg":
+        return f"--format jpeg --max-side {settings.get('max_side')} --quality {settings.get('quality')}"
+    return f"--max-side {settings.get('max_side')}"
+
+
 def build_command(root: Path, manifest: dict) -> str:
     """The `runner data cache` command that made (and resumes) the cache at `root`."""
-    s = manifest["settings"]
-    how = (f"--format jpeg --max-side {s.get('max_side')} --quality {s.get('quality')}" if s.get("format") == "jpeg"
-           else f"--max-side {s.get('max_side')}")
-    return f"runner data cache {manifest.get('source')} {display_path(root)} {how}"
+    return f"runner data cache {manifest.get('source')} {display_path(root)} {build_options(manifest['settings'])}"
 
 
 def cache_problem(folder: str | Path) -> str | None:

@@ -20,7 +20,7 @@ class Difference:
     what: str
     run: str
     here: str
-    kind: str  # versions | gpu | code | layout | data | labels
+    kind: str  # versions | gpu | code | layout | data | cache | labels
 
 
 def machine_differences(run: RunRecord, v) -> list[Difference]:
@@ -121,6 +121,46 @@ def data_differences(run: RunRecord, v) -> list[Difference]:
         if before is not None and isinstance(now, dict) and all(before.get(k) == now.get(k) for k in before):
             continue
         out.append(Difference(f"data ({role})", describe_fingerprint(before), describe_fingerprint(now), "data"))
+    return out
+
+
+# what makes two caches the same data: their settings, the encoder's versions and the source they were made from
+CACHE_KEYS = ("format", "max_side", "quality", "filter", "subsampling", "small_jpegs", "pillow", "libjpeg",
+              "source_fingerprint.sha256")
+
+
+def logged_cache(params: dict[str, str], role: str) -> dict[str, str]:
+    """The `data.cache.ROLE.*` params (runner.data.manifest.run_params) without their prefix; {} for no cache."""
+    prefix = f"data.cache.{role}."
+    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
+def describe_cache(cache: dict[str, str]) -> str:
+    if not cache:
+        return NONE
+    if cache.get("format") == "jpeg":
+        what = (f"JPEG cache, longer side <= {cache.get('max_side')} px, quality {cache.get('quality')} "
+                f"(Pillow {cache.get('pillow')}, {cache.get('libjpeg')})")
+    else:
+        what = f"decoded cache (.npy), longer side <= {cache.get('max_side')} px"
+    sha = cache.get("source_fingerprint.sha256")
+    return what + (f", of a source of {cache.get('source_fingerprint.files')} files, sha256 {sha[:12]}" if sha else "")
+
+
+def cache_differences(run: RunRecord, v) -> list[Difference]:
+    """For each split that the run or this machine reads from a cache (`runner data cache`): its settings, encoder
+    and source, when they differ. Two caches made alike from the same source hold the same images even where
+    their folders differ (another path; another Pillow writes other bytes, which the data row shows)."""
+    from runner.data.manifest import run_params
+    from runner.data.paths import split_dir
+
+    out = []
+    for role in ("train", "eval"):
+        before = logged_cache(run.params, role)
+        now = ({} if v.config.data.loader == "synthetic"
+               else logged_cache(run_params(role, split_dir(v.config.data, role)), role))
+        if (before or now) and any(before.get(k) != now.get(k) for k in CACHE_KEYS):
+            out.append(Difference(f"cache ({role})", describe_cache(before), describe_cache(now), "cache"))
     return out
 
 
