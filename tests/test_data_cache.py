@@ -424,7 +424,8 @@ def test_jpeg_cache_cli_and_fingerprint_show_the_manifest(src, tmp_path, capsys,
         f"jpeg: JPEG cache, longer side <= 48 px, quality 85 (lanczos filter, 4:2:0 chroma, small JPEGs copied; "
         f"Pillow {settings['pillow']}, {settings['libjpeg']})")
     train = fingerprint(src / "train")
-    assert f"  source train: 12 files in 3 classes, {train['bytes']} bytes, sha256 {train['sha256']}; unchanged" in lines
+    assert f"  source train: 12 files in 3 classes, {train['bytes']} bytes, sha256 {train['sha256']}; " \
+           "unchanged" in lines
     assert f"sha256 {fingerprint(tmp_path / 'jpeg' / 'val')['sha256']}" in lines
     code, out, _ = run_cli(["data", "fingerprint", "jpeg/train"], capsys)
     assert out.splitlines()[0] == lines[0] and "jpeg/train: 12 files in 3 classes," in out

@@ -25,7 +25,8 @@ TABLE_ROWS = 50  # longer lists are in the skip list file
 
 
 def register(sub) -> None:
-    p = sub.add_parser("data", help="dataset tools: synthetic ImageFolder, decode check, fingerprint, decoded or JPEG cache")
+    p = sub.add_parser("data", help="dataset tools: synthetic ImageFolder, decode check, fingerprint, "
+                                    "decoded or JPEG cache")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     defaults = SynthConfig()
 
@@ -238,9 +239,10 @@ def _cache_notes(s: CacheSummary) -> None:
         console.out.print(f"skip list: {escape(display_path(s.skip_list))} ({len(s.skipped)} file(s))")
     if s.stale:
         console.note(f"{display_path(s.root)} holds {counted(len(s.stale), 'entry', 'entries')} that no source image "
-                     f"backs (removed, or moved to another class, since cached): {first_names(s.stale, 3)}. A run on this cache would read each as an image of the class "
-                     "folder it sits in, so runs refuse the cache until they are removed; remove them (paths relative to "
-                     f"{display_path(s.root)}), or build the cache into a new folder.")
+                     f"backs (removed, or moved to another class, since cached): {first_names(s.stale, 3)}. A run on "
+                     "this cache would read each as an image of the class folder it sits in, so runs refuse the cache "
+                     f"until they are removed; remove them (paths relative to {display_path(s.root)}), or build the "
+                     "cache into a new folder.")
 
 
 def _cache_line(s: CacheSummary, how: str | None = None) -> str:
