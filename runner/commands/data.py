@@ -182,7 +182,7 @@ def _source_now(folder: Path, then: dict, root: Path, manifest: dict) -> str:
 
 
 def _print_manifest(root: Path, manifest: dict) -> None:
-    from runner.data.manifest import cache_problem, describe
+    from runner.data.manifest import describe, manifest_problem
 
     console.out.print(f"{escape(display_path(root))}: {escape(describe(manifest))}")
     console.out.print(f"made from {escape(str(manifest.get('source')))}")
@@ -191,7 +191,7 @@ def _print_manifest(root: Path, manifest: dict) -> None:
         console.out.print(f"  source {split or '(one split)'}: {fp['files']} files in {fp['classes']} classes, "
                           f"{fp['bytes']} bytes, sha256 {fp['sha256']}; {escape(now)}")
     s = manifest.get("summary")
-    problem = cache_problem(root)
+    problem = manifest_problem(root, manifest)
     if problem:
         console.out.print(f"  {escape(problem)}")
     if s and "bytes_out" in s:

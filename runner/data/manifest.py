@@ -58,9 +58,11 @@ def cache_problem(folder: str | Path) -> str | None:
     images removed or moved to another class since, which a run would read under their old class); None for a
     whole cache and for folders that are not caches."""
     found = find_manifest(folder)
-    if found is None:
-        return None
-    root, manifest = found
+    return None if found is None else manifest_problem(*found)
+
+
+def manifest_problem(root: Path, manifest: dict) -> str | None:
+    """cache_problem for the cache at `root`, whose manifest is already read."""
     if not manifest.get("complete"):
         return (f"{display_path(root)} is a cache whose build did not finish, so it holds only part of its source "
                 f"{manifest.get('source')}. Run `{build_command(root, manifest)}` again: it continues where it "

@@ -68,10 +68,13 @@ def _code(git: dict[str, str]) -> str:
     return commit[:12] + (" + uncommitted changes" if git.get("git.dirty") == "true" else "")
 
 
+def params_under(params: dict[str, str], prefix: str) -> dict[str, str]:
+    """The params whose keys start with `prefix`, without it."""
+    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
 def logged_fingerprint(run: RunRecord, role: str) -> dict[str, str] | None:
-    prefix = f"data.fingerprint.{role}."
-    fp = {k[len(prefix):]: v for k, v in run.params.items() if k.startswith(prefix)}
-    return fp or None
+    return params_under(run.params, f"data.fingerprint.{role}.") or None
 
 
 def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
@@ -131,8 +134,7 @@ CACHE_KEYS = ("format", "max_side", "quality", "filter", "subsampling", "small_j
 
 def logged_cache(params: dict[str, str], role: str) -> dict[str, str]:
     """The `data.cache.ROLE.*` params (runner.data.manifest.run_params) without their prefix; {} for no cache."""
-    prefix = f"data.cache.{role}."
-    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+    return params_under(params, f"data.cache.{role}.")
 
 
 def describe_cache(cache: dict[str, str]) -> str:
