@@ -8,8 +8,9 @@ Prints a summary and writes DIR/profile.json and DIR/trace.json.gz (a Chrome tra
 
 What it answers: how long the GPU sits idle between kernels; how long the model's stream has nothing to run, and
 how much of that the training thread spends waiting for its next batch; how much kernel time the loader's CUDA
-streams take next to the model's; which CUDA calls block and on which thread; whether the training thread
-waits for a core (run-queue delay, /proc/PID/task/TID/schedstat) while the loader's threads decode.
+streams take next to the model's; which CUDA calls block, on which thread (by name), and for how much of
+that time the model's stream idles; whether the training thread waits for a core (run-queue delay,
+/proc/PID/task/TID/schedstat) while the loader's threads decode.
 """
 from __future__ import annotations
 
@@ -80,7 +81,14 @@ def overlap_ms(spans: list[tuple[float, float]], others: list[tuple[float, float
     return union_ms(covered)
 
 
-def trace_summary(events: list[dict], steps: int, main_tid: int) -> dict:
+def thread_label(tid, main_tid: int, names: dict[int, str]) -> str:
+    """'main' for the training thread, else the thread's name with its number folded ('[DALI][TP#]Exec')."""
+    if tid == main_tid:
+        return "main"
+    return re.sub(r"\d+", "#", names[tid]) if tid in names else "other"
+
+
+def trace_summary(events: list[dict], steps: int, main_tid: int, names: dict[int, str] | None = None) -> dict:
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in gpu]
     span_ms = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1000
@@ -111,12 +119,15 @@ def trace_summary(events: list[dict], steps: int, main_tid: int) -> dict:
                if e.get("ph") == "X" and e.get("name") == NEXT_BATCH and e.get("tid") == main_tid]
     others = [(e["ts"], e["ts"] + e["dur"]) for e in gpu
               if e["cat"] == "kernel" and e.get("args", {}).get("stream", -1) != model_sid]
+    # which thread blocks in which CUDA call, and for how long of it the model's stream had nothing to run
     calls: dict[tuple, list] = defaultdict(list)
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and BLOCKING.search(e["name"]):
-            calls[(e["name"], "main" if e.get("tid") == main_tid else "other")].append(e["dur"] / 1000)
-    blocking = sorted(({"call": k[0], "thread": k[1], "count": len(v), "total_ms": round(sum(v), 2),
-                        "max_ms": round(max(v), 2)} for k, v in calls.items()), key=lambda r: -r["total_ms"])
+            calls[(e["name"], thread_label(e.get("tid"), main_tid, names or {}))].append((e["ts"], e["ts"] + e["dur"]))
+    blocking = sorted(({"call": k[0], "thread": k[1], "count": len(v), "total_ms": round(sum(b - a for a, b in v) / 1000, 2),
+                        "max_ms": round(max(b - a for a, b in v) / 1000, 2),
+                        "while_the_model_stream_idled_ms": round(overlap_ms(model_gaps, v), 2)}
+                       for k, v in calls.items()), key=lambda r: -r["total_ms"])
     return {"gpu_span_ms": round(span_ms, 1), "gpu_busy_pct": round(100 * union_ms(spans) / span_ms, 1),
             "idle_gaps_over_100us": {"count": len(idle), "total_ms": round(sum(idle), 1),
                                      "largest_ms": [round(g, 2) for g in sorted(idle)[-5:]]},
@@ -180,7 +191,8 @@ def main(argv: list[str]) -> int:
                "images_per_s_profiled": round(args.steps * batch / seconds), "data_wait_pct": round(100 * step.wait / seconds, 1),
                "threads": thread_summary(before, after, seconds)}
     if d.device.type == "cuda":
-        summary.update(trace_summary(json.loads(text)["traceEvents"], args.steps, os.getpid()))
+        names = {tid: t["name"] for tid, t in after.items()}
+        summary.update(trace_summary(json.loads(text)["traceEvents"], args.steps, os.getpid(), names))
     (args.out / "profile.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
     return 0

@@ -18,12 +18,12 @@ def test_a_trace_summary_splits_kernel_time_by_stream_and_finds_gaps_and_blockin
     events = [kernel(7, 0, 1000, "gemm"), kernel(7, 1000, 1000, "gemm"), kernel(50, 1500, 1000, "resize"),
               kernel(7, 3000, 1000, "gemm"),  # 500 us idle before it
               {"ph": "X", "cat": "gpu_memcpy", "name": "copy", "ts": 3500, "dur": 100, "args": {"stream": 50}},
-              {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "ts": 0, "dur": 2000, "tid": 9},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "ts": 0, "dur": 2500, "tid": 9},
               {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 5, "tid": 1},
               {"ph": "X", "cat": "cuda_driver", "name": "cuMemFree_v2", "ts": 10, "dur": 300, "tid": 1},
               {"ph": "X", "cat": "user_annotation", "name": "runner.next_batch", "ts": 1900, "dur": 800, "tid": 1},
               {"ph": "X", "cat": "user_annotation", "name": "runner.next_batch", "ts": 2000, "dur": 900, "tid": 9}]
-    out = profile_step.trace_summary(events, steps=2, main_tid=1)
+    out = profile_step.trace_summary(events, steps=2, main_tid=1, names={9: "[DALI][TP12]Exec", 1: "python"})
     assert out["gpu_span_ms"] == 4.0 and out["gpu_busy_pct"] == 87.5  # 3.5 ms of 4 busy
     assert out["idle_gaps_over_100us"] == {"count": 1, "total_ms": 0.5, "largest_ms": [0.5]}
     # the model's stream (7) idles 2.0-3.0 ms: the training thread waits for a batch 2.0-2.7 (thread 9's wait is not
@@ -34,8 +34,19 @@ def test_a_trace_summary_splits_kernel_time_by_stream_and_finds_gaps_and_blockin
     assert out["streams"]["7"] == {"kernels_per_step": 1.5, "kernel_ms_per_step": 1.5, "copy_ms_per_step": 0.0,
                                    "top_kernels_ms_per_step": {"gemm": 1.5}}
     assert out["streams"]["50"]["kernel_ms_per_step"] == 0.5 and out["streams"]["50"]["copy_ms_per_step"] == 0.05
-    assert [(b["call"], b["thread"], b["count"]) for b in out["blocking_calls"]] == [
-        ("cudaDeviceSynchronize", "other", 1), ("cuMemFree_v2", "main", 1)]
+    # thread 9 blocks 0-2.5 ms, 0.5 ms of it while the model's stream idles (2.0-3.0); its name's numbers folded
+    assert out["blocking_calls"] == [
+        {"call": "cudaDeviceSynchronize", "thread": "[DALI][TP#]Exec", "count": 1, "total_ms": 2.5, "max_ms": 2.5,
+         "while_the_model_stream_idled_ms": 0.5},
+        {"call": "cuMemFree_v2", "thread": "main", "count": 1, "total_ms": 0.3, "max_ms": 0.3,
+         "while_the_model_stream_idled_ms": 0.0}]
+
+
+def test_a_blocking_call_on_an_unnamed_thread_is_other():
+    events = [kernel(7, 0, 1000), kernel(7, 2000, 1000),
+              {"ph": "X", "cat": "cuda_driver", "name": "cuMemAlloc_v2", "ts": 0, "dur": 10, "tid": 4}]
+    out = profile_step.trace_summary(events, steps=1, main_tid=1)
+    assert [(b["call"], b["thread"]) for b in out["blocking_calls"]] == [("cuMemAlloc_v2", "other")]
 
 
 def test_thread_times_see_a_busy_thread_by_name():
