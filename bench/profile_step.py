@@ -88,6 +88,18 @@ def thread_label(tid, main_tid: int, names: dict[int, str]) -> str:
     return re.sub(r"\d+", "#", names[tid]) if tid in names else "other"
 
 
+def trace_thread_names(events: list[dict]) -> dict:
+    """tid -> name from the trace's own thread_name records ('thread 812 ([DALI][TP3]Exec)' -> '[DALI][TP3]Exec'):
+    the ids the profiler gives threads it saw through CUDA need not be the ids /proc lists."""
+    out = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            name = e.get("args", {}).get("name", "")
+            m = re.fullmatch(r"thread \d+ \((.*)\)", name)
+            out[e.get("tid")] = m.group(1) if m else name
+    return out
+
+
 def trace_summary(events: list[dict], steps: int, main_tid: int, names: dict[int, str] | None = None) -> dict:
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in gpu]
@@ -120,10 +132,11 @@ def trace_summary(events: list[dict], steps: int, main_tid: int, names: dict[int
     others = [(e["ts"], e["ts"] + e["dur"]) for e in gpu
               if e["cat"] == "kernel" and e.get("args", {}).get("stream", -1) != model_sid]
     # which thread blocks in which CUDA call, and for how long of it the model's stream had nothing to run
+    names = {**(names or {}), **trace_thread_names(events)}
     calls: dict[tuple, list] = defaultdict(list)
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and BLOCKING.search(e["name"]):
-            calls[(e["name"], thread_label(e.get("tid"), main_tid, names or {}))].append((e["ts"], e["ts"] + e["dur"]))
+            calls[(e["name"], thread_label(e.get("tid"), main_tid, names))].append((e["ts"], e["ts"] + e["dur"]))
     blocking = sorted(({"call": k[0], "thread": k[1], "count": len(v), "total_ms": round(sum(b - a for a, b in v) / 1000, 2),
                         "max_ms": round(max(b - a for a, b in v) / 1000, 2),
                         "while_the_model_stream_idled_ms": round(overlap_ms(model_gaps, v), 2)}

@@ -42,11 +42,15 @@ def test_a_trace_summary_splits_kernel_time_by_stream_and_finds_gaps_and_blockin
          "while_the_model_stream_idled_ms": 0.0}]
 
 
-def test_a_blocking_call_on_an_unnamed_thread_is_other():
+def test_a_blocking_call_takes_its_thread_name_from_the_trace_or_is_other():
     events = [kernel(7, 0, 1000), kernel(7, 2000, 1000),
-              {"ph": "X", "cat": "cuda_driver", "name": "cuMemAlloc_v2", "ts": 0, "dur": 10, "tid": 4}]
+              {"ph": "X", "cat": "cuda_driver", "name": "cuMemAlloc_v2", "ts": 0, "dur": 10, "tid": 4},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "ts": 0, "dur": 10, "tid": 5},
+              {"ph": "M", "name": "thread_name", "pid": 1, "tid": 5, "args": {"name": "thread 5 ([DALI][TP0]Mixe)"}}]
     out = profile_step.trace_summary(events, steps=1, main_tid=1)
-    assert [(b["call"], b["thread"]) for b in out["blocking_calls"]] == [("cuMemAlloc_v2", "other")]
+    # thread 5 is named by the trace itself; thread 4 by nobody
+    assert [(b["call"], b["thread"]) for b in out["blocking_calls"]] == [("cuMemAlloc_v2", "other"),
+                                                                        ("cudaFree", "[DALI][TP#]Mixe")]
 
 
 def test_thread_times_see_a_busy_thread_by_name():
