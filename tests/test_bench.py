@@ -65,6 +65,34 @@ def test_the_bare_loop_row_compares_runner_with_the_same_loader(tiny, project, c
     assert f" | {overhead} |" in (project / "b" / "bench.md").read_text()
 
 
+def test_beside_the_loader_trains_the_ceilings_model_while_the_loader_runs(tiny, project, capsys):
+    import csv
+
+    from runner.console import percent
+
+    code, out, err = run_cli(["bench", tiny, "--loaders", "synthetic,dali", "--modes", "e2e,beside", "--warmup", "2",
+                              "--steps", "4", "--window", "2", "--out", project / "b", "tracking.enabled=false",
+                              "pipelines.train.hybrid.share=0.5", "pipelines.train.hybrid.params.decode_device=cpu"],
+                             capsys)
+    assert code == 0, err + out
+    result = json.loads((project / "b" / "bench.json").read_text())
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert "beside" not in rows["synthetic"]["runs"]  # the ceiling is the model alone
+    beside = rows["dali"]["beside"]
+    # the model took 4 measured steps; the loader (both parts of the hybrid) drew batches beside it meanwhile
+    assert beside["steps"] == 4 and beside["images_per_s"] > 0 and beside["loader_images_per_s"] > 0
+    share = beside["images_per_s"] / rows["synthetic"]["e2e"]["images_per_s"]
+    assert rows["dali"]["share_beside"]["median"] == pytest.approx(share)
+    md = (project / "b" / "bench.md").read_text()
+    assert md.splitlines()[-4].endswith("| beside the loader img/s | of ceiling beside |")
+    assert md.splitlines()[-1].endswith(f"| {beside['images_per_s']:,.0f} | {percent(share)} |")
+    lines = {r["mode"]: r for r in csv.DictReader((project / "b").glob("bench-*.csv").__next__().open())
+             if r["loader"] == "dali"}
+    assert float(lines["beside"]["ceiling_share_median"]) == pytest.approx(share, rel=1e-4)
+    assert float(lines["beside"]["beside_loader_images_per_s_median"]) == pytest.approx(beside["loader_images_per_s"],
+                                                                                         rel=1e-3)
+
+
 def test_a_hybrid_row_says_which_pipeline_the_loop_waited_for(tiny, project, capsys):
     import csv
 
@@ -143,7 +171,7 @@ def test_a_ceiling_bench_runs_without_dali_at_the_pipelines_image_size(tiny, pro
                                "dali-cpu, cache, torchvision."),
     (["--warmup", "3", "--window", "2"], "error: command line: --window: --warmup (3) and --steps (300) must be "
                                          "multiples of --window (2)."),
-    (["--modes", "e2e,fast"], "error: command line: --modes: unknown mode(s) fast; modes: loader, e2e, bare."),
+    (["--modes", "e2e,fast"], "error: command line: --modes: unknown mode(s) fast; modes: loader, e2e, bare, beside."),
 ])
 def test_bench_argument_errors(tiny, capsys, args, message):
     code, _, err = run_cli(["bench", tiny, *args], capsys)
@@ -424,7 +452,7 @@ entries:
 @pytest.mark.parametrize("extra,words,message", [
     ("loaderz: [cache]", [], "error: s.yaml:11: entries[0].loaderz: unknown key. Did you mean 'loaders'? An entry "
                              "takes: name, experiment, overrides, loaders, modes."),
-    ("modes: [e2e, fast]", [], "error: s.yaml:11: entries[0].modes: unknown mode 'fast'. Modes: loader, e2e, bare."),
+    ("modes: [e2e, fast]", [], "error: s.yaml:11: entries[0].modes: unknown mode 'fast'. Modes: loader, e2e, bare, beside."),
     ("overrides: [optimizer.lr_shedule=1]", [], "error: s.yaml:8: entry 'eager': command line "
                                                 "'optimizer.lr_shedule=1': optimizer.lr_shedule: unknown key."),
     ("overrides: ['data.root=${vars.root}']", [], "error: s.yaml:11: entries[0].overrides: '${vars.root}' names "

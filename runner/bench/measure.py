@@ -155,12 +155,75 @@ def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
             "seconds": dt, "steps": steps, "final_loss": loss.item()}
 
 
+def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
+    """The ceiling's model trains on random tensors while the experiment's training loader runs beside it on
+    another thread, kept at most data.prefetch batches ahead of the model and its batches dropped: what the
+    loader's CPU and GPU work costs training when nothing waits for it. Set against the ceiling (no loader) and
+    end to end (the model waits for the loader's batches), it splits the loss between the two."""
+    import threading
+
+    from runner.loaders import create_loader
+    from runner.telemetry import GpuSampler
+    from runner.train import training_stream
+
+    ahead, drawn, failed = max(1, v.config.data.prefetch), [0], []
+    turn, stop = threading.Condition(), threading.Event()
+    with training_stream(v.config.trainer, d.device):  # the stream train() runs on
+        step = BareStep(v_synthetic, d)
+        stream = torch.cuda.current_stream(d.device) if d.device.type == "cuda" else None
+
+        def draw() -> None:  # the loader's batches as the training thread would take them, on its stream
+            try:
+                with torch.cuda.stream(stream) if stream is not None else _Nothing():
+                    batches = _batches(create_loader(v, "train", d))
+                    while not stop.is_set():
+                        with turn:
+                            turn.wait_for(lambda: stop.is_set() or drawn[0] < step.steps + ahead)
+                        if not stop.is_set():
+                            next(batches)
+                            drawn[0] += 1
+            except BaseException as e:  # noqa: BLE001 (reported by the training thread)
+                failed.append(e)
+
+        worker = threading.Thread(target=draw, name="runner-beside", daemon=True)
+        worker.start()
+
+        def advance() -> torch.Tensor:
+            loss = step()
+            with turn:
+                turn.notify()
+            if failed:
+                raise failed[0]
+            return loss
+
+        try:
+            for _ in range(warmup):
+                advance()
+            sync_device(d)
+            with GpuSampler([d.local_rank]) if d.device.type == "cuda" else _Nothing() as gpu:
+                first, t = drawn[0], time.perf_counter()
+                for _ in range(steps):
+                    loss = advance()
+                sync_device(d)
+                dt, last = time.perf_counter() - t, drawn[0]
+        finally:
+            stop.set()
+            with turn:
+                turn.notify()
+            worker.join(timeout=60)
+    util = gpu.summary() if gpu else None
+    batch = v.config.data.batch_size
+    return {"images_per_s": steps * batch / dt, "gpu_util_pct": util.util_pct if util else None,
+            "loader_images_per_s": (last - first) * batch / dt, "seconds": dt, "steps": steps,
+            "final_loss": loss.item()}
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     from runner.validate import validate
 
     mode, warmup, steps = spec["mode"], spec["warmup"], spec["steps"]
     overrides = list(spec["overrides"])
-    if mode in ("e2e", "bare"):  # the same schedule in both: the bare loop's only difference is runner's loop
+    if mode in ("e2e", "bare", "beside"):  # one schedule: the bare loop's only difference is runner's loop
         overrides += [f"trainer.max_steps={warmup + steps}", f"trainer.log_every_n_steps={spec['window']}",
                       "trainer.epochs=100000", "trainer.eval_every_n_epochs=0", "trainer.checkpoint_every_n_epochs=0",
                       "trainer.checkpoint_best=null",
@@ -174,6 +237,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         return loader_only(v, d, warmup, steps)
     if mode == "bare":
         return bare_loop(v, d, warmup, steps)
+    if mode == "beside":
+        from runner.bench.variants import variants
+
+        v_synthetic = validate(spec["experiment"], [*overrides, *variants(v, ["synthetic"])[0].overrides])
+        return beside_the_loader(v, v_synthetic, d, warmup, steps)
     tracker = None
     if spec.get("parent_run_id") and v.config.tracking.enabled:
         from runner.launch import run_params

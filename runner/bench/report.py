@@ -11,7 +11,8 @@ from runner.bench.suite import BenchResult, Row
 from runner.console import percent
 
 COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
-           "host CPU busy", "training thread busy / queued", "bare-loop img/s", "runner/bare", "errors"]
+           "host CPU busy", "training thread busy / queued", "bare-loop img/s", "runner/bare",
+           "beside the loader img/s", "of ceiling beside", "errors"]
 SHARE_OF_ROUNDS = "of ceiling (median of per-round ratios)"
 
 
@@ -53,7 +54,10 @@ def rows(result: BenchResult) -> list[list[str]]:
                  _cell(r.stat("e2e", "gpu_util_pct"), n, _util, lambda x: f"{x:.0f}"),
                  _wait(r, n), _cell(r.stat("e2e", "cpu_busy_pct"), n, _util, lambda x: f"{x:.0f}"), _threads(r, n),
                  _cell(r.stat("bare", "images_per_s"), n, _num),
-                 _cell(overhead, n, percent, lambda x: f"{100 * x:.1f}"), _errors(r, n)]
+                 _cell(overhead, n, percent, lambda x: f"{100 * x:.1f}"),
+                 _cell(r.stat("beside", "images_per_s"), n, _num),
+                 "-" if r.is_ceiling else _cell(result.share(r, "beside"), n, percent, lambda x: f"{100 * x:.1f}"),
+                 _errors(r, n)]
         head = [r.name, r.description] if result.suite is None else \
             [r.name, r.description, "-" if r.is_ceiling or not r.ceiling else r.ceiling]
         out.append([*head, *cells])
@@ -108,6 +112,7 @@ def chart(result: BenchResult, path: Path) -> Path:
     label_lines = sum(n.count("\n") + 1 for n in names)
     panels = [(mode, title, [r.stat(mode, "images_per_s") for r in result.rows], color)
               for mode, title, color in (("e2e", "training, end to end (img/s)", "#4c72b0"),
+                                         ("beside", "training beside the loader (img/s)", "#8172b2"),
                                          ("loader", "loader only (img/s)", "#55a868"))]
     panels = [p for p in panels if any(p[2]) or any(p[0] in r.errors for r in result.rows)]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5,
@@ -126,11 +131,11 @@ def chart(result: BenchResult, path: Path) -> Path:
                 if mode in row.errors:
                     ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
                 continue
-            share = result.share(row) if mode == "e2e" and not row.is_ceiling else None
+            share = result.share(row, mode) if mode in ("e2e", "beside") and not row.is_ceiling else None
             text = f" {s.median:,.0f}" + (f" ({100 * share.median:.1f}%)" if share else "")
             ax.text(s.high, i, text, va="center", fontsize=9,
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5}, zorder=3)  # over the ceiling line
-        if mode == "e2e" and len(ceilings) == 1:
+        if mode in ("e2e", "beside") and len(ceilings) == 1:
             ax.axvline(ceilings[0].e2e["images_per_s"], color="black", linestyle="--", linewidth=1)
         ax.grid(axis="x", alpha=0.3)
         ax.margins(x=0.25)

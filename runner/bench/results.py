@@ -17,7 +17,9 @@ MEASURED = [("images_per_s", "e2e", "images_per_s"), ("data_wait_share", "e2e", 
             ("gpu_util_pct", "e2e", "gpu_util_pct"), ("cpu_busy_pct", "e2e", "cpu_busy_pct"),
             ("train_thread_busy_pct", "e2e", "train_thread_busy_pct"),
             ("train_thread_queued_pct", "e2e", "train_thread_queued_pct"),
-            ("loader_images_per_s", "loader", "images_per_s"), ("bare_images_per_s", "bare", "images_per_s")]
+            ("loader_images_per_s", "loader", "images_per_s"), ("bare_images_per_s", "bare", "images_per_s"),
+            ("beside_images_per_s", "beside", "images_per_s"), ("beside_gpu_util_pct", "beside", "gpu_util_pct"),
+            ("beside_loader_images_per_s", "beside", "loader_images_per_s")]
 IDENTITY = ["suite", "entry", "loader", "experiment", "overrides", "ceiling", "model", "batch_size", "image_size",
             "precision", "channels_last", "compile", "compile_mode", "accelerator", "warmup", "steps"]
 
@@ -77,7 +79,8 @@ def csv_text(result: BenchResult) -> str:
             for _, m, key in measured:
                 values += _three(r.stat(m, key) if m == mode else None)
             e2e = mode == "e2e"
-            values += _three(result.share(r) if e2e and not r.is_ceiling else None)
+            # the share of the ceiling of what this line measured: training end to end, or beside the loader
+            values += _three(result.share(r, mode) if mode in ("e2e", "beside") and not r.is_ceiling else None)
             values += _three(spread(ratios(r.runs.get("e2e", []), r.runs.get("bare", []))) if e2e else None)
             w.writerow([*ident, mode, n, result.repeat, *values, r.errors.get(mode, "")])
     return buf.getvalue()

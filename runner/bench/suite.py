@@ -86,22 +86,24 @@ class BenchResult:
         row = next((r for r in self.rows if r.is_ceiling and r.e2e), None)
         return row.e2e["images_per_s"] if row else None
 
-    def shares(self, row: Row) -> list[float | None]:
-        """Round by round: the row's end-to-end img/s over its ceiling's in the same round."""
+    def shares(self, row: Row, mode: str = "e2e") -> list[float | None]:
+        """Round by round: the row's training img/s in `mode` (e2e, or beside the loader) over its ceiling's in
+        the same round."""
         ceiling = self.row(row.ceiling) if row.ceiling else None
         if ceiling is None or ceiling is row:
             return []
-        return ratios(row.runs.get("e2e", []), ceiling.runs.get("e2e", []))
+        return ratios(row.runs.get(mode, []), ceiling.runs.get("e2e", []))
 
-    def share(self, row: Row) -> Spread | None:
-        return spread(self.shares(row))
+    def share(self, row: Row, mode: str = "e2e") -> Spread | None:
+        return spread(self.shares(row, mode))
 
     def to_json(self) -> str:
         rows = []
         for r in self.rows:
             d = asdict(r)
-            d.update(name=r.name, loader=r.loader, e2e=r.e2e, bare=r.bare, share=_as_dict(self.share(r)),
-                     share_by_round=self.shares(r))
+            d.update(name=r.name, loader=r.loader, e2e=r.e2e, bare=r.bare, beside=r.result("beside"),
+                     share=_as_dict(self.share(r)), share_by_round=self.shares(r),
+                     share_beside=_as_dict(self.share(r, "beside")))
             rows.append(d)
         return json.dumps({**asdict(self), "rows": rows, "ceiling": self.ceiling}, indent=2, default=str)
 

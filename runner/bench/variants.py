@@ -27,7 +27,7 @@ def _size(role: str, source) -> tuple[str, ...]:
 
 DALI_LOADERS = {"dali", "dali-cpu", "cache"}
 LOADERS = ("synthetic", "dali", "dali-cpu", "cache", "torchvision")
-MODES = ("loader", "e2e", "bare")
+MODES = ("loader", "e2e", "bare", "beside")
 
 
 def ceiling_side(v) -> int:

@@ -22,7 +22,9 @@ def register(sub) -> None:
                         "median and range (min-max)")
     p.add_argument("--loaders", default=None, help=f"comma-separated, from {DEFAULT_LOADERS} (the default)")
     p.add_argument("--modes", default=None, help="loader (loader only), e2e (training through runner), "
-                                                 "bare (training in a bare loop, for runner's overhead); "
+                                                 "bare (training in a bare loop, for runner's overhead), "
+                                                 "beside (the ceiling's model with the loader running beside it, "
+                                                 "its batches dropped: what the loader's work costs training); "
                                                  "default loader,e2e")
     p.add_argument("--warmup", type=int, default=None, help="steps left out of every measurement (default 100)")
     p.add_argument("--steps", type=int, default=None, help="measured steps (default 300)")
