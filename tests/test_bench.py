@@ -546,8 +546,8 @@ def test_stream_priority_is_not_a_step_setting_so_every_placement_shares_one_cei
                                           "deal-random/dali", "deal-largest/dali", "cpu-resize/dali",
                                           "cpu-resize-share-0.7/dali", "cpu-resize-normalize/dali",
                                           "no-antialias/dali", "hw-load-0.8/dali", "hw-load-0.6/dali",
-                                          "deal-largest-share-0.5/dali", "hwc-fp16/dali"]
-    assert [j.row.ceiling for j in jobs[1:]] == ["ceiling (compiled)"] * 23
+                                          "deal-largest-share-0.5/dali", "hwc-fp16/dali", "hw-prealloc/dali"]
+    assert [j.row.ceiling for j in jobs[1:]] == ["ceiling (compiled)"] * 24
 
 
 def test_mix_and_ema_are_step_settings_so_each_recipe_is_measured_as_its_own_ceiling():

@@ -41,10 +41,11 @@ def run(args) -> int:
                        loaders=args.loaders, modes=args.modes, repeat=args.repeat, warmup=args.warmup,
                        steps=args.steps, window=args.window, entries=args.entries, out=args.out)
     outcome = run_bench(req, run_notes)
-    cols = columns(outcome.result)
-    shown = [i for i, c in enumerate(cols) if c not in ("configuration", "errors")]  # in the .md; errors below
-    console.out.print(console.table(outcome.title, [cols[i] for i in shown],
-                                    [[r[i] for i in shown] for r in rows(outcome.result)]))
+    cols, body = columns(outcome.result), rows(outcome.result)
+    # as in the .md, without the columns no row has a number in (modes not measured); errors below
+    shown = [i for i, c in enumerate(cols) if c not in ("configuration", "errors")
+             and any(r[i] not in ("-", "") for r in body)]
+    console.out.print(console.table(outcome.title, [cols[i] for i in shown], [[r[i] for i in shown] for r in body]))
     for r in outcome.result.rows:
         for err in r.errors.values():
             console.error(err)
