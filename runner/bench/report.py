@@ -89,10 +89,15 @@ def _threads(r: Row, repeat: int) -> str:
             f"{_cell(queued, repeat, lambda x: f'{x:.1f}%', lambda x: f'{x:.1f}')}")
 
 
+def filled(cols: list[str], body: list[list[str]]) -> list[int]:
+    """The indices of the columns some row has a number in (a mode not measured leaves its columns empty)."""
+    return [i for i in range(len(cols)) if any(r[i] not in ("-", "") for r in body)]
+
+
 def markdown(result: BenchResult) -> str:
     """The table with the columns that hold a number in some row."""
     body, cols = rows(result), columns(result)
-    keep = [i for i, c in enumerate(cols) if any(r[i] not in ("-", "") for r in body)]
+    keep = filled(cols, body)
     lines = ["| " + " | ".join(cols[i] for i in keep) + " |", "|" + "---|" * len(keep)]
     lines += ["| " + " | ".join(r[i] for i in keep) + " |" for r in body]
     return "\n".join(lines)

@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.bench.report import columns, rows
+    from runner.bench.report import columns, filled, rows
     from runner.bench.run import BenchRequest, run_bench
 
     req = BenchRequest(experiment=args.experiment, overrides=tuple(args.overrides), suite=args.suite,
@@ -42,9 +42,8 @@ def run(args) -> int:
                        steps=args.steps, window=args.window, entries=args.entries, out=args.out)
     outcome = run_bench(req, run_notes)
     cols, body = columns(outcome.result), rows(outcome.result)
-    # as in the .md, without the columns no row has a number in (modes not measured); errors below
-    shown = [i for i, c in enumerate(cols) if c not in ("configuration", "errors")
-             and any(r[i] not in ("-", "") for r in body)]
+    # the .md's columns without the descriptions; errors below
+    shown = [i for i in filled(cols, body) if cols[i] not in ("configuration", "errors")]
     console.out.print(console.table(outcome.title, [cols[i] for i in shown], [[r[i] for i in shown] for r in body]))
     for r in outcome.result.rows:
         for err in r.errors.values():
