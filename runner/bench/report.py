@@ -8,6 +8,7 @@ from pathlib import Path
 
 from runner.bench.stats import PART_WAIT_KEY, Spread, ratios, spread
 from runner.bench.suite import BenchResult, Row
+from runner.bench.variants import TRAINING_MODES
 from runner.console import percent
 
 COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
@@ -136,11 +137,11 @@ def chart(result: BenchResult, path: Path) -> Path:
                 if mode in row.errors:
                     ax.text(0, i, " failed", va="center", fontsize=9, color="#c44e52")
                 continue
-            share = result.share(row, mode) if mode in ("e2e", "beside") and not row.is_ceiling else None
+            share = result.share(row, mode) if mode in TRAINING_MODES and not row.is_ceiling else None
             text = f" {s.median:,.0f}" + (f" ({100 * share.median:.1f}%)" if share else "")
             ax.text(s.high, i, text, va="center", fontsize=9,
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5}, zorder=3)  # over the ceiling line
-        if mode in ("e2e", "beside") and len(ceilings) == 1:
+        if mode in TRAINING_MODES and len(ceilings) == 1:
             ax.axvline(ceilings[0].e2e["images_per_s"], color="black", linestyle="--", linewidth=1)
         ax.grid(axis="x", alpha=0.3)
         ax.margins(x=0.25)

@@ -11,6 +11,7 @@ from pathlib import Path
 from runner.bench.report import markdown
 from runner.bench.stats import PART_WAIT_KEY, Spread, ratios, spread
 from runner.bench.suite import BenchResult, Row
+from runner.bench.variants import TRAINING_MODES
 
 # (column, mode, result key): each reported as _median, _min, _max
 MEASURED = [("images_per_s", "e2e", "images_per_s"), ("data_wait_share", "e2e", "data_wait_share"),
@@ -80,7 +81,7 @@ def csv_text(result: BenchResult) -> str:
                 values += _three(r.stat(m, key) if m == mode else None)
             e2e = mode == "e2e"
             # the share of the ceiling of what this line measured: training end to end, or beside the loader
-            values += _three(result.share(r, mode) if mode in ("e2e", "beside") and not r.is_ceiling else None)
+            values += _three(result.share(r, mode) if mode in TRAINING_MODES and not r.is_ceiling else None)
             values += _three(spread(ratios(r.runs.get("e2e", []), r.runs.get("bare", []))) if e2e else None)
             w.writerow([*ident, mode, n, result.repeat, *values, r.errors.get(mode, "")])
     return buf.getvalue()

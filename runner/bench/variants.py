@@ -28,6 +28,7 @@ def _size(role: str, source) -> tuple[str, ...]:
 DALI_LOADERS = {"dali", "dali-cpu", "cache"}
 LOADERS = ("synthetic", "dali", "dali-cpu", "cache", "torchvision")
 MODES = ("loader", "e2e", "bare", "beside")
+TRAINING_MODES = ("e2e", "beside")  # the modes whose img/s is the model's, each taken as a share of its ceiling
 
 
 def ceiling_side(v) -> int:
