@@ -137,7 +137,8 @@ def trace_summary(events: list[dict], steps: int, main_tid: int, names: dict[int
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and BLOCKING.search(e["name"]):
             calls[(e["name"], thread_label(e.get("tid"), main_tid, names))].append((e["ts"], e["ts"] + e["dur"]))
-    blocking = sorted(({"call": k[0], "thread": k[1], "count": len(v), "total_ms": round(sum(b - a for a, b in v) / 1000, 2),
+    blocking = sorted(({"call": k[0], "thread": k[1], "count": len(v),
+                        "total_ms": round(sum(b - a for a, b in v) / 1000, 2),
                         "max_ms": round(max(b - a for a, b in v) / 1000, 2),
                         "while_the_model_stream_idled_ms": round(overlap_ms(model_gaps, v), 2)}
                        for k, v in calls.items()), key=lambda r: -r["total_ms"])
