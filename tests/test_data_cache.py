@@ -51,7 +51,7 @@ def test_cache_mirrors_splits_class_folders_and_files(src, tmp_path):
     assert s.cache_bytes == sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*.npy"))
     assert s.ratio == pytest.approx(s.cache_bytes / s.jpeg_bytes)
     marker = read_cache_marker(tmp_path / "cache")
-    assert marker["complete"] and marker["settings"] == {"format": 1, "max_side": MAX_SIDE}
+    assert marker["complete"] and marker["settings"] == {"format": 2, "max_side": MAX_SIDE}
     assert marker["summary"]["written"] == 18
 
 
@@ -378,7 +378,7 @@ def test_a_jpeg_cache_with_other_settings_is_refused(src, tmp_path, monkeypatch)
     assert str(e.value) == (
         "jpeg: holds a cache made with other settings: quality 90 (wanted 75). runner does not overwrite or "
         "delete it: choose another folder for these settings, or remove this one yourself.")
-    with pytest.raises(DataError, match=r"^jpeg: holds a cache made with other settings: format jpeg \(wanted 1\)\. "
+    with pytest.raises(DataError, match=r"^jpeg: holds a cache made with other settings: format jpeg \(wanted 2\)\. "
                                         r"runner does not overwrite"):
         build_cache(src, Path("jpeg"), max_side=MAX_SIDE, workers=1)
 
@@ -483,3 +483,45 @@ pipelines:
                 seen += labels.tolist()
             assert sorted(seen) == [k for k in range(3) for _ in range(samples // 3)]
             loader.close()
+
+
+# ---- images deeper than 8 bits: both caches hold what DALI's decoder makes of them ----------------
+
+def write_deep_images(folder: Path) -> None:
+    """A 16-bit grey PNG, TIFF and PGM and a float TIFF (0-1): ramps over their whole range."""
+    folder.mkdir(parents=True)
+    ramp = np.tile(np.linspace(0, 65535, 40).astype(np.uint16), (30, 1))
+    Image.fromarray(ramp).save(folder / "grey16.png")
+    Image.fromarray(ramp).save(folder / "grey16.tif")
+    (folder / "grey16.pgm").write_bytes(b"P5\n40 30\n65535\n" + ramp.astype(">u2").tobytes())
+    Image.fromarray(ramp.astype(np.float32) / 65535).save(folder / "float.tif")
+
+
+def dali_decoded(paths: list[Path]) -> list[np.ndarray]:
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=len(paths), num_threads=1, device_id=None)
+    def decode():
+        encoded, _ = fn.readers.file(files=[str(p) for p in paths])
+        return fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
+
+    return [np.asarray(t) for t in decode().run()[0]]
+
+
+def test_caches_scale_16_bit_and_float_images_to_8_bits_as_dali_does(tmp_path):
+    from runner.data.jpeg_cache import build_jpeg_cache
+
+    write_deep_images(tmp_path / "src" / "a")
+    names = ["float.tif", "grey16.pgm", "grey16.png", "grey16.tif"]
+    originals = dali_decoded([tmp_path / "src" / "a" / n for n in names])
+    assert all(o[0, -1].tolist() == [255, 255, 255] and o[0, 0].tolist() == [0, 0, 0] for o in originals)
+    assert originals[2][0, 20, 0] == round(int(np.linspace(0, 65535, 40).astype(np.uint16)[20]) / 257) == 131
+
+    build_cache(tmp_path / "src", tmp_path / "raw", max_side=64, workers=1)  # no resize: the very pixels
+    for name, original in zip(names, originals):
+        np.testing.assert_array_equal(np.load(tmp_path / "raw" / "a" / f"{name}.npy"), original, err_msg=name)
+
+    build_jpeg_cache(tmp_path / "src", tmp_path / "jpeg", max_side=64, quality=95, workers=1)
+    cached = dali_decoded([tmp_path / "jpeg" / "a" / f"{n}.jpg" for n in names])
+    for name, original, jpeg in zip(names, originals, cached):  # JPEG's loss only, not a white image
+        assert np.abs(jpeg.astype(int) - original).mean() < 2, name

@@ -274,3 +274,22 @@ def test_runner_cache_holds_reader_file_lists_cached_skip_lists_and_fetched_weig
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_dir() == tmp_path / "home" / ".cache" / "runner" / "weights"
+
+
+def test_check_reports_a_32_bit_integer_tiff_that_dali_stops_on(tmp_path):
+    from nvidia.dali import fn, pipeline_def, types
+
+    path = tmp_path / "data" / "a" / "deep.tif"
+    path.parent.mkdir(parents=True)
+    Image.fromarray(np.arange(12, dtype=np.int32).reshape(3, 4) * 5000).save(path)
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def decode():
+        encoded, _ = fn.readers.file(files=[str(path)])
+        return fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
+
+    with pytest.raises(RuntimeError, match="Invalid sample_type"):  # why the check lists it
+        decode().run()
+    report = check_images(tmp_path / "data", workers=1)
+    assert dict(report.bad) == {"a/deep.tif": "32-bit integer TIFF: DALI's decoder stops on it ('Invalid "
+                                              "sample_type'); save it with 8 or 16 bits a sample"}

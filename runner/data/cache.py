@@ -29,9 +29,9 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageOps
 
+from runner.data.pixels import dali_refuses, rgb_as_dali
 from runner.data.pool import Progress, map_in_pool, process_alive
 from runner.data.scan import (
-    DALI_DECODES,
     DEFAULT_SKIP_LIST,
     READER_CASE_SENSITIVE,
     FileIssue,
@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 
 MARKER = ".runner-cache.json"
 SUFFIX = ".npy"
-# bump when the cached arrays change (filter, orientation, ...), so that an older cache is not resumed
-FORMAT = 1
+# bump when the cached arrays change (filter, orientation, ...), so that an older cache is not resumed;
+# 2: 16-bit and float sources scaled to 8 bits as DALI scales them (runner/data/pixels.py)
+FORMAT = 2
 _ORIENTATION = 0x0112  # EXIF tag; values 5-8 swap width and height
 
 
@@ -320,9 +321,9 @@ def load_resized(path: str | Path, max_side: int):
     """The image at `path` as DALI would decode it (RGB, EXIF orientation applied), longer side at most
     max_side: a uint8 HWC numpy array; None for a format DALI's decoder does not read."""
     with Image.open(path) as image:
-        if image.format not in DALI_DECODES:
+        if dali_refuses(image.format, image.mode):
             return None
-        image = ImageOps.exif_transpose(image).convert("RGB")
+        image = rgb_as_dali(ImageOps.exif_transpose(image))
     size = cached_size(image.width, image.height, max_side)
     if size != image.size:
         image = image.resize(size, Image.Resampling.LANCZOS)  # a wide kernel when shrinking: antialiased

@@ -8,7 +8,8 @@ with the chroma subsampling and filter chosen in docs/benchmarks.md ("The compac
 
 - EXIF orientation is applied to the pixels and no EXIF is written: DALI's decoder applies the tag
   (checked with decoders.image on a rotated JPEG), so the cache decodes as the original does.
-- Greyscale, CMYK, PNG, ... sources become RGB JPEGs (DALI decodes them to RGB with output_type=RGB).
+- Greyscale, CMYK, PNG, ... sources become RGB JPEGs (DALI decodes them to RGB with output_type=RGB), 16-bit
+  and float samples scaled to 8 bits as DALI's decoder scales them (runner/data/pixels.py).
 - An RGB JPEG already within `max_side` and without a rotation is copied byte for byte: its decoded
   pixels stay the original's, and re-encoding it would cost fidelity for few bytes (measured there).
 - A name ending in .jpg/.jpeg keeps its name; any other gets ".jpg" appended (`a.png` -> `a.png.jpg`).
@@ -43,14 +44,17 @@ from runner.data.cache import (
     write_cache_skip_list,
     write_json_atomic,
 )
+from runner.data.pixels import dali_refuses, rgb_as_dali
 from runner.data.pool import Progress, map_in_pool
-from runner.data.scan import DALI_DECODES, fingerprint, scan_image_folder, setup_decoder, try_decode
+from runner.data.scan import fingerprint, scan_image_folder, setup_decoder, try_decode
 from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)
 
 FORMAT = "jpeg"
-VERSION = 1  # bump when the encoded files change (copy rule, orientation, ...), so an older cache is not resumed
+# bump when the encoded files change (copy rule, orientation, ...), so an older cache is not resumed;
+# 2: 16-bit and float sources scaled to 8 bits as DALI scales them (runner/data/pixels.py)
+VERSION = 2
 # the choice measured in docs/benchmarks.md ("The compact JPEG cache: sizes and decode speed")
 FILTERS = {"lanczos": Image.Resampling.LANCZOS, "bicubic": Image.Resampling.BICUBIC,
            "bilinear": Image.Resampling.BILINEAR}
@@ -226,7 +230,7 @@ class _Plan(NamedTuple):
 def _plan(path: str, max_side: int) -> _Plan | None:
     """What the cache holds for this source (from its header); None for a format DALI's decoder does not read."""
     with Image.open(path) as image:
-        if image.format not in DALI_DECODES:
+        if dali_refuses(image.format, image.mode):
             return None
         w, h = image.size
         rotation = image.getexif().get(_ORIENTATION, 1)
@@ -271,7 +275,7 @@ def _load(path: str, plan: _Plan) -> Image.Image:
 def encode(image: Image.Image, out: str | Path, *, max_side: int, quality: int, filter: str = DEFAULT_FILTER,
            subsampling: str = DEFAULT_SUBSAMPLING) -> None:
     """Write `image` (upright) as an RGB JPEG whose longer side is at most max_side, without EXIF or ICC data."""
-    image = image.convert("RGB")
+    image = rgb_as_dali(image)
     size = cached_size(image.width, image.height, max_side)
     if size != image.size:
         image = image.resize(size, FILTERS[filter])

@@ -215,10 +215,6 @@ def _size(path: Path) -> int:
 
 # ---- decode check ------------------------------------------------------------------------------
 
-# what Pillow calls the formats DALI's image decoder reads (MPO: a camera JPEG with extra frames)
-DALI_DECODES = frozenset({"JPEG", "MPO", "PNG", "BMP", "TIFF", "PPM", "JPEG2000", "WEBP"})
-
-
 @dataclass(frozen=True, kw_only=True)
 class CheckReport:
     """The result of decoding every file the reader would read under `root`."""
@@ -283,6 +279,8 @@ def try_decode(path: str) -> tuple[str | None, str | None, str | None]:
     """(why it fails or None, Pillow's format, colour mode) for one file."""
     from PIL import Image, UnidentifiedImageError
 
+    from runner.data.pixels import dali_refuses, rgb_as_dali
+
     if path.lower().endswith(CACHE_SUFFIXES):
         return _load_array(path)
     try:
@@ -296,7 +294,7 @@ def try_decode(path: str) -> tuple[str | None, str | None, str | None]:
         with Image.open(path) as image:
             fmt, mode = image.format, image.mode
             image.load()
-            image.convert("RGB")
+            rgb_as_dali(image)
     except UnidentifiedImageError:
         return f"not an image ({_sniff(path)})", None, None
     except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
@@ -307,9 +305,7 @@ def try_decode(path: str) -> tuple[str | None, str | None, str | None]:
         if "truncated" in message.lower():
             return f"truncated {fmt or 'image'} (ends after {size} bytes)", fmt, mode
         return f"does not decode as {fmt or 'an image'}: {message}", fmt, mode
-    if fmt not in DALI_DECODES:
-        return f"{fmt} image: DALI's decoder does not read {fmt} (convert it to JPEG or PNG)", fmt, mode
-    return None, fmt, mode
+    return dali_refuses(fmt, mode), fmt, mode
 
 
 def _load_array(path: str) -> tuple[str | None, str | None, str | None]:
