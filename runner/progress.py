@@ -9,6 +9,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from runner import console
+from runner.telemetry import STREAM_WAIT
 
 log = logging.getLogger("runner")
 
@@ -18,7 +19,9 @@ def _fmt(metrics: dict[str, float]) -> str:
     if "loader/images_per_s" in metrics:
         parts.append(f"{metrics['loader/images_per_s']:,.0f} img/s")
     if "loader/data_wait_share" in metrics:
-        parts.append(f"wait {100 * metrics['loader/data_wait_share']:.0f}%")
+        stream = metrics.get(STREAM_WAIT)
+        parts.append(f"wait {100 * metrics['loader/data_wait_share']:.0f}%"
+                     + (f" (stream {100 * stream:.0f}%)" if stream is not None else ""))
     if "gpu/util_pct" in metrics:
         parts.append(f"GPU {metrics['gpu/util_pct']:.0f}%")
     if "train/loss" in metrics:

@@ -15,6 +15,8 @@ def print_summary(v, result, finished) -> None:
         ["images/s (last epoch)", f"{m.get('epoch/images_per_s', 0):,.0f}"],
         ["data wait (last epoch)", console.percent(m.get("epoch/data_wait_share"), missing="")],
     ]
+    if "epoch/stream_wait_share" in m:  # on a GPU: the training stream's stall for batches, host wait included
+        rows.append(["training stream's wait (last epoch)", console.percent(m["epoch/stream_wait_share"])])
     if "epoch/gpu_util_pct" in m:
         rows.append(["GPU utilization (last epoch)", f"{m['epoch/gpu_util_pct']:.0f}%"])
     if "eval/top1" in m:

@@ -1,9 +1,10 @@
-"""What a run measures about itself: loader throughput and data wait, CPU and GPU load, and how busy the threads
-that launch the GPU's work are.
+"""What a run measures about itself: loader throughput and data wait (the host's, and the training stream's),
+CPU and GPU load, and how busy the threads that launch the GPU's work are.
 
-Nothing here synchronises CUDA: the loader meter takes host timestamps from the loop, and GPU
-utilisation and memory come from NVML in a background thread. Without NVML (a CPU machine, a
-container without the driver) the GPU parts return None or {} instead of failing.
+Nothing here synchronises CUDA: the loader meter takes host timestamps from the loop, the stream's wait comes
+from CUDA events read once they have completed, and GPU utilisation and memory come from NVML in a background
+thread. Without NVML (a CPU machine, a container without the driver) the GPU parts return None or {} instead of
+failing.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +28,7 @@ GIB = 1024 ** 3
 # ---------------------------------------------------------------------------------------- loader
 
 PART_WAIT = "loader/data_wait_share/"  # + a hybrid pipeline's name (train, train.hybrid): its part of the wait
+STREAM_WAIT = "loader/stream_wait_share"  # the training stream's stall for batches (StreamWaitMeter), on CUDA
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,67 @@ class LoaderMeter:
     def epoch(self) -> LoaderWindow:
         """The steps since the previous call or `start_epoch`, up to the last `step()`."""
         return self._epoch.close(self._last)
+
+
+class StreamWaitMeter:
+    """How long the training stream stood still for its batches (CUDA only; `enabled` is False elsewhere).
+
+    DALI hands a batch over by making the consumer's stream wait for its own (copy_to_external, non-blocking), so
+    when the loader's GPU work is late the host does not wait in next() but the stream does, and the host's data
+    wait misses it. Timing events recorded on the current stream before and after next() measure what the host
+    cannot: the stream's stall for the loader's GPU work, the stretch it ran dry while the host waited, and the
+    batch's copies into torch tensors. Nothing here synchronises: `window()` reads the pairs whose end has
+    completed (the loop has synchronised by then) and keeps the rest for the next window.
+    """
+
+    def __init__(self, enabled: bool, event_factory: Callable[[], Any] | None = None):
+        self.enabled = enabled
+        self._new_event = event_factory or self._cuda_event
+        self._start: Any = None
+        self._pairs: list[tuple[Any, Any]] = []
+        self._spare: list[Any] = []   # events whose pair was read, recorded again later
+        self._epoch_s = 0.0
+
+    @staticmethod
+    def _cuda_event():
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def _event(self):
+        return self._spare.pop() if self._spare else self._new_event()
+
+    def before(self) -> None:
+        """Just before next(loader)."""
+        if self.enabled:
+            self._start = self._event()
+            self._start.record()
+
+    def after(self) -> None:
+        """Just after next(loader) returned a batch (not after it raised StopIteration)."""
+        if self.enabled and self._start is not None:
+            end = self._event()
+            end.record()
+            self._pairs.append((self._start, end))
+            self._start = None
+
+    def window(self) -> float | None:
+        """Seconds the stream stood still for the batches read since the previous call; None when not enabled."""
+        if not self.enabled:
+            return None
+        done = 0
+        while done < len(self._pairs) and self._pairs[done][1].query():  # they complete in the order recorded
+            done += 1
+        seconds = sum(start.elapsed_time(end) for start, end in self._pairs[:done]) / 1000  # ms
+        self._spare += [e for pair in self._pairs[:done] for e in pair]
+        del self._pairs[:done]
+        self._epoch_s += seconds
+        return seconds
+
+    def epoch(self) -> float:
+        """Seconds summed over the windows since the previous call."""
+        seconds, self._epoch_s = self._epoch_s, 0.0
+        return seconds
 
 
 # ------------------------------------------------------------------------------------------- CPU

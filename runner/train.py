@@ -31,7 +31,15 @@ from runner.models import create_model
 from runner.optim import create_optimizer, create_scheduler
 from runner.preview import BatchPreview
 from runner.progress import NoProgress, TrainProgress
-from runner.telemetry import PART_WAIT, CpuSampler, GpuSampler, LaunchThreadsSampler, LoaderMeter
+from runner.telemetry import (
+    PART_WAIT,
+    STREAM_WAIT,
+    CpuSampler,
+    GpuSampler,
+    LaunchThreadsSampler,
+    LoaderMeter,
+    StreamWaitMeter,
+)
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -317,10 +325,12 @@ class Window:
 
 
 class Telemetry:
-    """The loader meter and the CPU, launch-thread and GPU samplers, read at each window and epoch end."""
+    """The loader and stream-wait meters and the CPU, launch-thread and GPU samplers, read at each window and epoch
+    end."""
 
     def __init__(self, d: Dist, part_waits: Callable[[], dict[str, float]] = dict):
         self.meter, self.cpu, self.launch = LoaderMeter(), CpuSampler(), LaunchThreadsSampler()
+        self.stream = StreamWaitMeter(enabled=d.device.type == "cuda")
         self.gpu = GpuSampler([d.local_rank]).start() if d.device.type == "cuda" else None
         self.gpu_utils: list[float] = []  # this epoch's window readings
         self.part_waits, self._waited = part_waits, part_waits()  # a hybrid loader's seconds per pipeline, in all
@@ -347,14 +357,18 @@ def log_window(window: Window, t: Telemetry, s: Step, d: Dist, stop: StopRequest
     loader = t.meter.window()
     parts = t.part_wait_shares(loader.seconds)  # the same pipelines, in the same order, on every rank
     loss_total, correct_total = torch.stack([window.loss.float(), window.correct.float()]).tolist()  # one sync
-    # one small all-reduce carries the sums, the throughput, the stop request and a hybrid's waits per pipeline
+    stood = t.stream.window()  # after the sync: the window's events have completed
+    stream_wait = stood / loader.seconds if stood is not None and loader.seconds > 0 else 0.0
+    # one small all-reduce carries the sums, the throughput, the stop request and the waits
     totals = all_sum([loss_total, correct_total, window.batches, window.seen, loader.images_per_s,
-                      loader.data_wait_share, 1.0 if stop.signal is not None else 0.0, *parts.values()], d).tolist()
+                      loader.data_wait_share, 1.0 if stop.signal is not None else 0.0, stream_wait, *parts.values()],
+                     d).tolist()
     metrics = {"train/loss": totals[0] / max(totals[2], 1), "train/top1": totals[1] / max(totals[3], 1),
                "train/lr": s.scheduler.get_last_lr()[0], "train/epoch": epoch,
                "loader/images_per_s": totals[4], "loader/images_per_s_per_device": totals[4] / d.world,
                "loader/data_wait_share": totals[5] / d.world,
-               **{PART_WAIT + name: x / d.world for name, x in zip(parts, totals[7:])},
+               **({STREAM_WAIT: totals[7] / d.world} if t.stream.enabled else {}),
+               **{PART_WAIT + name: x / d.world for name, x in zip(parts, totals[8:])},
                **t.cpu.window().metrics()}
     threads = t.launch.window()
     if threads:
@@ -370,8 +384,12 @@ def log_window(window: Window, t: Telemetry, s: Step, d: Dist, stop: StopRequest
 def end_epoch(t: Telemetry, d: Dist) -> dict[str, float]:
     """The epoch's throughput and data wait summed over ranks, and its mean GPU use."""
     loader = t.meter.epoch()
-    images_per_s, wait = all_sum([loader.images_per_s, loader.data_wait_share], d).tolist()
+    stood = t.stream.epoch()
+    stream_wait = stood / loader.seconds if loader.seconds > 0 else 0.0
+    images_per_s, wait, stream_wait = all_sum([loader.images_per_s, loader.data_wait_share, stream_wait], d).tolist()
     metrics = {"epoch/images_per_s": images_per_s, "epoch/data_wait_share": wait / d.world}
+    if t.stream.enabled:
+        metrics["epoch/stream_wait_share"] = stream_wait / d.world
     if t.gpu_utils:
         metrics["epoch/gpu_util_pct"] = sum(t.gpu_utils) / len(t.gpu_utils)
     return metrics
@@ -444,10 +462,12 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
             batches = train_loader.epoch(start_batch)
             while step < total_steps:
                 t0 = time.perf_counter()
+                telemetry.stream.before()
                 try:
                     micro = next(batches)
                 except StopIteration:
                     break
+                telemetry.stream.after()
                 telemetry.meter.wait(time.perf_counter() - t0)
                 out = train_step(s, micro, step=step)
                 previews.take("train", out[0].images, out[0].targets)  # the first batch only, as fed

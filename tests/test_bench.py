@@ -406,10 +406,12 @@ def test_the_csv_names_what_was_measured_and_holds_median_min_max(tmp_path):
     ceiling.ceiling = ceiling.name
     row = Row("dali", "DALI", entry="compiled", experiment="e.yaml", overrides=["tracking.enabled=false"],
               settings=settings, ceiling=ceiling.name,
-              runs={"e2e": [{"images_per_s": 6030.0, "data_wait_share": 0.02, "gpu_util_pct": 90.0, "cpu_busy_pct": 97.0},
-                            {"images_per_s": 6270.0, "data_wait_share": 0.01, "gpu_util_pct": 93.0, "cpu_busy_pct": 88.0},
-                            {"images_per_s": 6460.0, "data_wait_share": 0.03, "gpu_util_pct": 95.0,
-                             "cpu_busy_pct": 91.0}]})
+              runs={"e2e": [{"images_per_s": 6030.0, "data_wait_share": 0.02, "stream_wait_share": 0.12,
+                             "gpu_util_pct": 90.0, "cpu_busy_pct": 97.0},
+                            {"images_per_s": 6270.0, "data_wait_share": 0.01, "stream_wait_share": 0.05,
+                             "gpu_util_pct": 93.0, "cpu_busy_pct": 88.0},
+                            {"images_per_s": 6460.0, "data_wait_share": 0.03, "stream_wait_share": 0.08,
+                             "gpu_util_pct": 95.0, "cpu_busy_pct": 91.0}]})
     csv_path, md_path = write_results(_result([ceiling, row], repeat=3), tmp_path, cores=16)
     assert csv_path.name == "bench-gpu-h200-torch2.14.1-dali2.4.0.csv"
     lines = list(csv.DictReader(csv_path.open()))
@@ -421,18 +423,21 @@ def test_the_csv_names_what_was_measured_and_holds_median_min_max(tmp_path):
     assert {k: got[k] for k in ("entry", "loader", "ceiling", "mode", "n", "compile", "images_per_s_median",
                                 "images_per_s_min", "images_per_s_max", "ceiling_share_median", "ceiling_share_min",
                                 "ceiling_share_max", "gpu_util_pct_median", "data_wait_share_max",
+                                "stream_wait_share_median", "stream_wait_share_min", "stream_wait_share_max",
                                 "cpu_busy_pct_median", "cpu_busy_pct_min", "cpu_busy_pct_max")} == {
         "entry": "compiled", "loader": "dali", "ceiling": "ceiling (compiled)", "mode": "e2e", "n": "3",
         "compile": "True", "images_per_s_median": "6270.0", "images_per_s_min": "6030.0",
         "images_per_s_max": "6460.0", "ceiling_share_median": "0.95", "ceiling_share_min": "0.9",
         "ceiling_share_max": "0.95", "gpu_util_pct_median": "93.0", "data_wait_share_max": "0.03",
+        "stream_wait_share_median": "0.08", "stream_wait_share_min": "0.05", "stream_wait_share_max": "0.12",
         "cpu_busy_pct_median": "91.0", "cpu_busy_pct_min": "88.0", "cpu_busy_pct_max": "97.0"}
     md = md_path.read_text()
     assert md.startswith("### bench: suite gpu on NVIDIA H200\n\n- machine: 1 x NVIDIA H200")
     assert "- software: torch 2.14.1+cu130, DALI 2.4.0 (nvidia-dali-cuda130)" in md
     assert "- command: `runner bench --suite s.yaml`" in md
     assert ("| compiled/dali | DALI | ceiling (compiled) | 6,270 (6,030-6,460) | 95.0% (90.0-95.0) | 93% (90-95) | "
-            "2.0% (1.0-3.0) | 91% (88-97) |") in md
+            "2.0% (1.0-3.0) | 8.0% (5.0-12.0) | 91% (88-97) |") in md
+    assert "| data wait | stream wait | host CPU busy |" in md
 
 
 SUITE = """\

@@ -30,7 +30,7 @@ NO_RUNNER_UP = "only group A has finished runs that logged eval/top1: there is n
 
 def log_run(client: MlflowClient, experiment_id: str, *, use: str, seed: int, top1: float | None, ips: float = 1000.0,
             wait: float = 0.1, status: str = "FINISHED", lr: str = "0.1", ema: float | None = None,
-            epochs: int = 3, steps: int = 6) -> str:
+            stream_wait: float | None = None, epochs: int = 3, steps: int = 6) -> str:
     """One run as runner launch logs it: its params (seeds included) and metric histories ending at `top1`
     (None: no evaluation logged)."""
     name = f"seed={seed} use={use}"
@@ -45,6 +45,8 @@ def log_run(client: MlflowClient, experiment_id: str, *, use: str, seed: int, to
     metrics += [Metric("epoch/images_per_s", ips, 0, epochs), Metric("epoch/data_wait_share", wait, 0, epochs)]
     if ema is not None:
         metrics.append(Metric("eval_ema/top1", ema, 0, epochs))
+    if stream_wait is not None:  # a run on a GPU
+        metrics.append(Metric("epoch/stream_wait_share", stream_wait, 0, epochs))
     client.log_batch(run.info.run_id, metrics=metrics, params=[Param(k, str(v)) for k, v in params.items()])
     client.set_terminated(run.info.run_id, status)
     return run.info.run_id
@@ -292,3 +294,15 @@ def test_welch_p_is_scipys_and_handles_constant_samples():
     s = spread([0.60, 0.61, 0.65])
     assert (s.n, s.mean, s.low, s.high) == (3, pytest.approx(0.62), 0.60, 0.65) and s.std == pytest.approx(7 ** 0.5 / 100)
     assert spread([0.5]).std is None and spread([]) is None
+
+
+def test_the_training_streams_wait_is_a_row_when_some_run_logged_it(store, capsys):
+    uri, client, exp = store
+    for seed, stall in enumerate((0.04, 0.06)):
+        log_run(client, exp, use=PLAIN, seed=seed, top1=0.7, stream_wait=stall)
+        log_run(client, exp, use=RANDAUG, seed=seed, top1=0.6, stream_wait=0.2)
+    code, out, err = run_cli(["compare", "--experiment", "aug", "--out", "cmp"], capsys)
+    assert code == 0, err
+    table = rows(out)
+    at = table.index(["stream wait %", "A", "2", "5.0", "1.4", "4.0 – 6.0"])
+    assert table[at + 1] == ["B", "2", "20.0", "0.0", "20.0 – 20.0"]

@@ -5,8 +5,19 @@ import threading
 import time
 
 import pytest
+import torch
 
-from runner.telemetry import CpuSampler, GpuSampler, LaunchThreadsSampler, LoaderMeter, LoaderWindow, _nvml, gpu_info
+from runner.telemetry import (
+    STREAM_WAIT,
+    CpuSampler,
+    GpuSampler,
+    LaunchThreadsSampler,
+    LoaderMeter,
+    LoaderWindow,
+    StreamWaitMeter,
+    _nvml,
+    gpu_info,
+)
 
 
 def test_loader_window_and_epoch_arithmetic():
@@ -101,3 +112,76 @@ def test_gpu_sampler_with_nvml_reads_device_zero():
         assert gpu.summary().samples >= w.samples
     info = gpu_info()
     assert int(info["gpu.count"]) >= 1 and info["gpu.model"]
+
+
+class _Event:
+    """A timing event on a fake clock: `record()` stamps it; it completes once the clock passes the stamp."""
+
+    clock = 0.0
+    made = 0
+
+    def __init__(self):
+        type(self).made += 1
+        self.at = None
+
+    def record(self):
+        self.at = _Event.clock
+
+    def query(self):
+        return self.at is not None and self.at <= _Event.done_until
+
+    def elapsed_time(self, end):  # milliseconds, as torch.cuda.Event's
+        return (end.at - self.at) * 1000
+
+
+def test_stream_wait_meter_sums_completed_pairs_and_keeps_the_rest_for_the_next_window():
+    _Event.made, _Event.clock, _Event.done_until = 0, 0.0, 0.0
+    meter = StreamWaitMeter(enabled=True, event_factory=_Event)
+    for stall in (0.010, 0.030, 0.005):  # three batches; the stream stood still this long for each
+        meter.before()
+        _Event.clock += stall
+        meter.after()
+        _Event.clock += 0.040  # the step
+    meter.after()  # without a before(): nothing to pair
+    _Event.done_until = 0.090  # the first two pairs have completed, the third has not
+    assert meter.window() == pytest.approx(0.040)
+    _Event.done_until = 1.0
+    assert meter.window() == pytest.approx(0.005)
+    assert meter.epoch() == pytest.approx(0.045) and meter.epoch() == 0.0
+    meter.before()
+    meter.after()
+    assert _Event.made == 6  # the read pairs' events are recorded again, not made anew
+
+
+def test_stream_wait_meter_off_cuda_records_nothing():
+    meter = StreamWaitMeter(enabled=False, event_factory=lambda: pytest.fail("no event off CUDA"))
+    meter.before()
+    meter.after()
+    assert meter.window() is None and meter.epoch() == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_stream_wait_meter_sees_a_stall_the_host_does_not():
+    """A batch made on another stream and handed over as DALI does (the current stream waits for it): the host
+    returns at once, the current stream stands still until the other stream's work (1e8 GPU cycles, ~50 ms at
+    2 GHz) is done."""
+    meter, other = StreamWaitMeter(enabled=True), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    meter.before()
+    t0 = time.perf_counter()
+    with torch.cuda.stream(other):
+        torch.cuda._sleep(100_000_000)
+    torch.cuda.current_stream().wait_stream(other)
+    host = time.perf_counter() - t0
+    meter.after()
+    torch.cuda.synchronize()
+    assert host < 0.01 and 0.02 < meter.window() < 1.0
+
+
+def test_the_progress_line_shows_the_streams_wait_beside_the_hosts():
+    from runner.progress import _fmt
+
+    assert _fmt({"loader/images_per_s": 6123.4, "loader/data_wait_share": 0.031, STREAM_WAIT: 0.124}) == \
+        "6,123 img/s  wait 3% (stream 12%)"
+    assert _fmt({"loader/images_per_s": 170.0, "loader/data_wait_share": 0.25}) == "170 img/s  wait 25%"

@@ -20,7 +20,7 @@ import torch
 from runner.accumulate import MicroBatch
 from runner.bench.stats import PART_WAIT_KEY
 from runner.dist import Dist, setup
-from runner.telemetry import PART_WAIT, LaunchThreadsWindow
+from runner.telemetry import PART_WAIT, STREAM_WAIT, LaunchThreadsWindow
 
 
 def sync_device(d: Dist) -> None:
@@ -100,7 +100,7 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     launch = {f.name: _mean([m[f"cpu/{f.name}"] for m in kept if f"cpu/{f.name}" in m])
               for f in fields(LaunchThreadsWindow)}
     return {"images_per_s": ips, "data_wait_share": sum(m["loader/data_wait_share"] for m in kept) / len(kept),
-            **parts, "gpu_util_pct": _mean(utils), "cpu_busy_pct": _mean(cpu), "windows": len(kept), **launch,
+            "stream_wait_share": _mean([m[STREAM_WAIT] for m in kept if STREAM_WAIT in m]), **parts, "gpu_util_pct": _mean(utils), "cpu_busy_pct": _mean(cpu), "windows": len(kept), **launch,
             "steps": result.steps - warmup, "batch": batch, "final_loss": kept[-1]["train/loss"]}
 
 

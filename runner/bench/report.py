@@ -12,7 +12,7 @@ from runner.bench.variants import TRAINING_MODES
 from runner.console import percent
 
 COLUMNS = ["loader", "configuration", "loader-only img/s", "train img/s", "of ceiling", "GPU util", "data wait",
-           "host CPU busy", "training thread busy / queued", "bare-loop img/s", "runner/bare",
+           "stream wait", "host CPU busy", "training thread busy / queued", "bare-loop img/s", "runner/bare",
            "beside the loader img/s", "of ceiling beside", "errors"]
 SHARE_OF_ROUNDS = "of ceiling (median of per-round ratios)"
 
@@ -53,7 +53,8 @@ def rows(result: BenchResult) -> list[list[str]]:
         cells = [_cell(r.stat("loader", "images_per_s"), n, _num), _cell(r.stat("e2e", "images_per_s"), n, _num),
                  "-" if r.is_ceiling else _cell(result.share(r), n, percent, lambda x: f"{100 * x:.1f}"),
                  _cell(r.stat("e2e", "gpu_util_pct"), n, _util, lambda x: f"{x:.0f}"),
-                 _wait(r, n), _cell(r.stat("e2e", "cpu_busy_pct"), n, _util, lambda x: f"{x:.0f}"), _threads(r, n),
+                 _wait(r, n), _cell(r.stat("e2e", "stream_wait_share"), n, percent, lambda x: f"{100 * x:.1f}"),
+                 _cell(r.stat("e2e", "cpu_busy_pct"), n, _util, lambda x: f"{x:.0f}"), _threads(r, n),
                  _cell(r.stat("bare", "images_per_s"), n, _num),
                  _cell(overhead, n, percent, lambda x: f"{100 * x:.1f}"),
                  _cell(r.stat("beside", "images_per_s"), n, _num),

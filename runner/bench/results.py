@@ -15,6 +15,7 @@ from runner.bench.variants import TRAINING_MODES
 
 # (column, mode, result key): each reported as _median, _min, _max
 MEASURED = [("images_per_s", "e2e", "images_per_s"), ("data_wait_share", "e2e", "data_wait_share"),
+            ("stream_wait_share", "e2e", "stream_wait_share"),
             ("gpu_util_pct", "e2e", "gpu_util_pct"), ("cpu_busy_pct", "e2e", "cpu_busy_pct"),
             ("train_thread_busy_pct", "e2e", "train_thread_busy_pct"),
             ("train_thread_queued_pct", "e2e", "train_thread_queued_pct"),

@@ -32,6 +32,7 @@ GROUP_METRICS = (Metric("eval/top1", "eval top-1 %", "top-1 %", 100, 2, True),
                  Metric("eval_ema/top1", "EMA eval top-1 %", "EMA top-1 %", 100, 2, False),
                  Metric("epoch/images_per_s", "images/s", "img/s", 1, 0, True),
                  Metric("epoch/data_wait_share", "data wait %", "wait %", 100, 1, True),
+                 Metric("epoch/stream_wait_share", "stream wait %", "stream wait %", 100, 1, False),
                  Metric("epoch/gpu_util_pct", "GPU util %", "GPU %", 1, 1, False))
 LAST = tuple(m.key for m in GROUP_METRICS)
 
