@@ -15,9 +15,10 @@ CACHE_ADVICE = ("Store smaller JPEGs once: `runner data cache /data/imagenet /da
                 "(docs/benchmarks.md).")
 
 
-def best(wait: float, gpu: float | None, busy: float | None) -> Trial:
+def best(wait: float, gpu: float | None, busy: float | None, stream: float | None = None) -> Trial:
     return Trial({"data.num_threads": 14}, result={"images_per_s": 5000.0, "data_wait_share": wait,
-                                                   "gpu_util_pct": gpu, "train_thread_busy_pct": busy})
+                                                   "gpu_util_pct": gpu, "train_thread_busy_pct": busy,
+                                                   "stream_wait_share": stream})
 
 
 @pytest.mark.parametrize("wait, gpu, busy, seen", [
@@ -33,6 +34,14 @@ def best(wait: float, gpu: float | None, busy: float | None) -> Trial:
 def test_a_setting_waiting_for_data_names_the_jpeg_cache(wait, gpu, busy, seen):
     assert decode_limit(best(wait, gpu, busy), DATA) == (
         f"the best setting still waits for data ({seen}): the input pipeline is the limit, not the model. {CACHE_ADVICE}")
+
+
+def test_a_stall_of_the_training_stream_is_waiting_for_data_though_the_host_did_not_wait():
+    # the host returned from next() at once, but the stream stood still 9.6% of the time for the pipeline's GPU work
+    assert decode_limit(best(0.031, 88.0, 90.0, stream=0.096), DATA) == (
+        "the best setting still waits for data (data wait 3.1% of the step time, the training stream's 9.6%, GPU busy "
+        f"88%, training thread busy 90%): the input pipeline is the limit, not the model. {CACHE_ADVICE}")
+    assert decode_limit(best(0.031, 88.0, 90.0, stream=0.012), DATA) is None  # the stream was fed: not data
 
 
 def test_the_verdict_says_how_busy_the_host_cpus_were():
@@ -101,15 +110,17 @@ def test_reading_the_decoded_cache_suggests_the_jpeg_cache():
         "--max-side 320 --quality 90`, then data.root=DST.")
 
 
-def test_the_trial_table_shows_the_host_cpus_beside_the_gpu():
+def test_the_trial_table_shows_the_streams_wait_and_the_host_cpus_beside_the_gpu():
     from runner.bench.tune import Knob, TuneResult
     from runner.bench.tuning import trial_table
 
     ks = [Knob("pipelines.train.hybrid.share", (0.6, 0.8), "CPU share")]
     written = Trial({"pipelines.train.hybrid.share": 0.8},
-                    result={"images_per_s": 6132.0, "data_wait_share": 0.04, "gpu_util_pct": 91.0, "cpu_busy_pct": 98.6})
+                    result={"images_per_s": 6132.0, "data_wait_share": 0.04, "stream_wait_share": 0.071,
+                            "gpu_util_pct": 91.0, "cpu_busy_pct": 98.6})
     tuned = Trial({"pipelines.train.hybrid.share": 0.6}, result={"images_per_s": 6375.0, "data_wait_share": 0.082})
     title, columns, rows = trial_table("e.yaml", 200, ks, TuneResult(baseline=written, best=tuned,
                                                                      trials=[written, tuned]))
-    assert columns == ["CPU share", "train img/s", "data wait", "GPU util", "host CPU busy", ""]
-    assert rows == [["0.8", "6,132", "4.0%", "91%", "99%", "as written"], ["0.6", "6,375", "8.2%", "-", "-", "best"]]
+    assert columns == ["CPU share", "train img/s", "data wait", "stream wait", "GPU util", "host CPU busy", ""]
+    assert rows == [["0.8", "6,132", "4.0%", "7.1%", "91%", "99%", "as written"],
+                    ["0.6", "6,375", "8.2%", "-", "-", "-", "best"]]

@@ -214,22 +214,26 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
                  longer_side: int | None = None) -> str | None:
     """Why the best setting still waits for data, and the compact JPEG cache as the cure; None when it does not.
 
-    Waiting: data wait above DATA_WAIT_LIMIT while the GPU is below GPU_BUSY (on a GPU), or a GPU below GPU_BUSY
-    while the training thread is idle (below THREAD_IDLE: neither launching work nor fed). `cache`: the manifest
+    Waiting: the host's data wait, or the training stream's (on a GPU: late GPU work in the pipeline stalls the
+    stream, not the host), above DATA_WAIT_LIMIT while the GPU is below GPU_BUSY, or a GPU below GPU_BUSY while the
+    training thread is idle (below THREAD_IDLE: neither launching work nor fed). `cache`: the manifest
     of the folder read (runner.data.manifest), if it is one `runner data cache` made; `longer_side`: the images'
     median longer side, when known (a cache at 320 px does not shrink images already smaller).
     """
     r = best.result or {}
     wait, gpu, busy = r.get("data_wait_share"), r.get("gpu_util_pct"), r.get("train_thread_busy_pct")
+    stream = r.get("stream_wait_share")
     if wait is None:
         return None
     gpu_short = gpu is not None and gpu < GPU_BUSY
-    waits = wait > DATA_WAIT_LIMIT and (gpu is None or gpu_short)
+    waits = max(wait, stream or 0.0) > DATA_WAIT_LIMIT and (gpu is None or gpu_short)
     idle = gpu_short and busy is not None and busy < THREAD_IDLE
     if not (waits or idle):
         return None
     parts = ", ".join(f"{name} {100 * x:.1f}%" for name, x in part_waits(r).items())
     seen = [f"data wait {100 * wait:.1f}% of the step time" + (f" ({parts})" if parts else "")]
+    if stream is not None:
+        seen.append(f"the training stream's {100 * stream:.1f}%")
     if gpu is not None:
         seen.append(f"GPU busy {gpu:.0f}%")
     if r.get("cpu_busy_pct") is not None:

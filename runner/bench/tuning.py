@@ -124,7 +124,8 @@ def _trials(req: TuneRequest, ks: list, start: dict[str, Any]):
 
 
 def trial_table(path: str, steps: int, ks: list, result) -> tuple[str, list[str], list[list[str]]]:
-    """Title, columns and one row per trial: its settings, throughput, data wait, GPU and host CPU use, and role."""
+    """Title, columns and one row per trial: its settings, throughput, data wait (the host's, the training stream's),
+    GPU and host CPU use, and role."""
     rows = []
     for t in result.trials:
         r = t.result or {}
@@ -134,9 +135,10 @@ def trial_table(path: str, steps: int, ks: list, result) -> tuple[str, list[str]
             role += f" (mean of {1 + len(t.repeats)}: {t.images_per_s:,.0f})"
         rows.append([*(str(t.settings[k.key]) for k in ks), f"{r['images_per_s']:,.0f}" if r else "failed",
                      f"{100 * r['data_wait_share']:.1f}%" if r else "-",
+                     f"{100 * r['stream_wait_share']:.1f}%" if r.get("stream_wait_share") is not None else "-",
                      f"{r['gpu_util_pct']:.0f}%" if r.get("gpu_util_pct") is not None else "-",
                      f"{r['cpu_busy_pct']:.0f}%" if r.get("cpu_busy_pct") is not None else "-",
                      "again" if t.repeat else role])
     return (f"runner tune {path}: {len(result.trials)} trials, {steps} steps each",
-            [k.label for k in ks] + ["train img/s", "data wait", "GPU util", "host CPU busy", ""], rows)
+            [k.label for k in ks] + ["train img/s", "data wait", "stream wait", "GPU util", "host CPU busy", ""], rows)
 
