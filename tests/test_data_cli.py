@@ -114,10 +114,10 @@ def test_check_lists_bad_files_and_exits_1(capsys, monkeypatch):
     (lambda: (save_jpeg(Path("data/cat/1.jpg")), Path("data/dog").mkdir()),
      "data: 1 of 2 class folders hold no images: 'dog'. DALI's reader numbers every subfolder as a class (hidden "
      f"and empty ones too), so these would shift the labels; remove them or add images. {LAYOUT}"),
-    (lambda: save_jpeg(Path("data/train/cat/1.jpg")),
-     "data: no images directly inside its subfolders ('train'); they hold folders. If this folder holds splits, "
-     f"point at one split, e.g. data/train. {LAYOUT}"),
-], ids=["missing", "empty", "no-classes", "empty-class", "splits"])
+    (lambda: save_jpeg(Path("data/train/cat/more/1.jpg")),  # a split's own mistakes are reported as its
+     "data/train: no images directly inside its subfolders ('cat'); they hold folders. If this folder holds splits, "
+     f"point at one split, e.g. data/train/cat. {LAYOUT}"),
+], ids=["missing", "empty", "no-classes", "empty-class", "nested-too-deep"])
 @pytest.mark.parametrize("command", ["check", "fingerprint"])
 def test_bad_layouts_exit_2_with_one_paragraph(capsys, command, make, message):
     make()
@@ -126,6 +126,37 @@ def test_bad_layouts_exit_2_with_one_paragraph(capsys, command, make, message):
     assert captured.err == f"error: {message}\n"
     assert captured.out == ""
     assert not Path("data/.runner-bad-files.txt").exists()
+
+
+def test_check_and_fingerprint_of_a_folder_of_splits_take_each_split(capsys):
+    assert main(["data", "synth", "set", *SMALL]) == 0
+    whole = Path("set/val/c0001/00000.jpg").read_bytes()
+    Path("set/val/c0001/00000.jpg").write_bytes(whole[:100])
+    capsys.readouterr()
+    assert main(["data", "check", "set"]) == 1  # a file in val does not decode
+    out = capsys.readouterr().out
+    train, val = out.split("split val\n")
+    assert train.startswith("split train\n") and "12 of 12 files decode (JPEG 12)." in train
+    assert "skip list: set/train/.runner-bad-files.txt (0 file(s))" in train
+    assert "5 of 6 files decode (JPEG 5)." in val and "skip list: set/val/.runner-bad-files.txt (1 file(s))" in val
+    assert read_skip_list("set/val/.runner-bad-files.txt") == {"c0001/00000.jpg"}
+    assert read_skip_list("set/train/.runner-bad-files.txt") == set()
+
+    assert main(["data", "fingerprint", "set"]) == 0
+    train, val = fingerprint("set/train"), fingerprint("set/val")
+    assert capsys.readouterr().out == (f"set/train: 12 files in 3 classes, {train['bytes']} bytes\n"
+                                       f"sha256 {train['sha256']}\n"
+                                       f"set/val: 6 files in 3 classes, {val['bytes']} bytes\nsha256 {val['sha256']}\n")
+
+
+def test_one_skip_list_file_for_a_folder_of_splits_is_refused(capsys):
+    assert main(["data", "synth", "set", *SMALL]) == 0
+    capsys.readouterr()
+    assert main(["data", "check", "set", "--output", "bad.txt"]) == 2
+    assert capsys.readouterr().err == (
+        "error: set: holds splits (train, val), each with its own skip list in its folder; --output names one file, "
+        "so give it with one split (e.g. set/train), or leave it out.\n")
+    assert not Path("bad.txt").exists() and not Path("set/train/.runner-bad-files.txt").exists()
 
 
 def test_fingerprint_prints_the_hash(capsys):

@@ -48,14 +48,17 @@ def register(sub) -> None:
     s.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
     s.set_defaults(handler=run_synth)
 
-    c = actions.add_parser("check", help="decode every image of an ImageFolder; write a skip list of bad files")
-    c.add_argument("dir", metavar="DIR", help="an ImageFolder: DIR/<class>/<image>")
-    c.add_argument("-o", "--output", metavar="FILE", help=f"skip list to write (default: DIR/{DEFAULT_SKIP_LIST})")
+    c = actions.add_parser("check", help="decode every image of an ImageFolder (each split of a folder of splits); "
+                                         "write a skip list of bad files")
+    c.add_argument("dir", metavar="DIR", help="an ImageFolder (DIR/<class>/<image>) or a folder of splits (DIR/train, ...)")
+    c.add_argument("-o", "--output", metavar="FILE",
+                   help=f"skip list to write, for one ImageFolder (default: DIR/{DEFAULT_SKIP_LIST}, in each split)")
     c.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
     c.set_defaults(handler=run_check)
 
-    f = actions.add_parser("fingerprint", help="file count, bytes and a hash of names and sizes of an ImageFolder")
-    f.add_argument("dir", metavar="DIR", help="an ImageFolder: DIR/<class>/<image>")
+    f = actions.add_parser("fingerprint", help="file count, bytes and a hash of names and sizes of an ImageFolder "
+                                               "(each split of a folder of splits)")
+    f.add_argument("dir", metavar="DIR", help="an ImageFolder (DIR/<class>/<image>) or a folder of splits (DIR/train, ...)")
     f.set_defaults(handler=run_fingerprint)
 
     k = actions.add_parser("cache", help="decode every image once into uint8 .npy arrays (a pre-decoded cache), "
@@ -108,10 +111,37 @@ def run_synth(args) -> int:
 
 
 def run_check(args) -> int:
+    """Each split of DIR, or DIR itself, checked as one ImageFolder; exit 1 when any file does not decode."""
+    root = Path(args.dir)
+    splits = _splits(root)
+    if args.output and splits != [""]:
+        raise DataError(f"holds splits ({', '.join(splits)}), each with its own skip list in its folder; --output names "
+                        f"one file, so give it with one split (e.g. {display_path(root / splits[0])}), or leave it out.",
+                        file=root)
+    worst = 0
+    for split in splits:
+        if split:
+            console.out.print(f"[bold]split {escape(split)}[/bold]")
+        worst = max(worst, _check_one(root / split, args))
+    return worst
+
+
+def _splits(root: Path) -> list[str]:
+    """ROOT's splits ([""]: ROOT is one ImageFolder), each scanned first: a layout mistake stops before any output."""
+    from runner.data.cache import find_splits
+    from runner.data.scan import scan_data_folder
+
+    splits = find_splits(root)
+    for split in splits:
+        scan_data_folder(root / split)
+    return splits
+
+
+def _check_one(folder: Path, args) -> int:
     from runner.data.scan import check_images, default_skip_list, write_skip_list
 
     with progress_bar("decoding") as progress:
-        report = check_images(Path(args.dir), workers=args.workers, progress=progress)
+        report = check_images(folder, workers=args.workers, progress=progress)
     if report.bad:
         console.out.print(_issues_table(f"{len(report.bad)} file(s) that do not decode", report.bad))
     if report.ignored:
@@ -151,12 +181,12 @@ def run_fingerprint(args) -> int:
 
     folder = Path(args.dir)
     found = find_manifest(folder)
-    splits = [""]
+    splits = None
     if found:
         _print_manifest(*found)
         if found[0] == folder:  # a cache root: its splits, as the runs read them
             splits = list((found[1].get("summary") or {}).get("splits") or [""])
-    for split in splits:
+    for split in splits or _splits(folder):
         fp = fingerprint(folder / split)
         console.out.print(f"{escape(display_path(folder / split))}: {fp['files']} files in {fp['classes']} classes, "
                           f"{fp['bytes']} bytes")
