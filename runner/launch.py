@@ -153,6 +153,16 @@ def split_fingerprints(v) -> dict[str, tuple[Path, dict]]:
     return found
 
 
+def stale_cache_notes(fingerprints: dict[str, tuple[Path, dict]]) -> None:
+    """Say when a split the run reads is a cache whose source, on this machine, has changed since it was built."""
+    from runner.data.manifest import stale_source_note
+
+    for folder, _ in fingerprints.values():
+        note = stale_source_note(folder)
+        if note:
+            console.note(note)
+
+
 def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None = None) -> dict[str, str]:
     """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
     from runner import runinfo
@@ -232,6 +242,7 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
                                  at=v.loaded.at("tracking.uri"))
         if d.main:
             fingerprints = split_fingerprints(v)
+            stale_cache_notes(fingerprints)
             params = {**run_params(v, d.world, fingerprints), **(init.params if init else {})}
             run_id = tracker.start(params) or run_id or uuid.uuid4().hex
             if not state:

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from runner.data.cache import build_cache, cached_size, read_cache_marker
-from runner.data.scan import DEFAULT_SKIP_LIST, read_skip_list, scan_image_folder, try_decode
+from runner.data.scan import DEFAULT_SKIP_LIST, fingerprint, read_skip_list, scan_image_folder, try_decode
 from runner.errors import DataError
 from tests.conftest import run_cli
 
@@ -525,3 +525,31 @@ def test_caches_scale_16_bit_and_float_images_to_8_bits_as_dali_does(tmp_path):
     cached = dali_decoded([tmp_path / "jpeg" / "a" / f"{n}.jpg" for n in names])
     for name, original, jpeg in zip(names, originals, cached):  # JPEG's loss only, not a white image
         assert np.abs(jpeg.astype(int) - original).mean() < 2, name
+
+
+def test_a_run_on_a_cache_whose_source_changed_since_says_so(src, project, capsys):
+    from runner.data.manifest import stale_source_note
+
+    (project / "experiments" / "exp.yaml").write_text("""
+model: {name: resnet18, num_classes: 3}
+data: {root: jpeg, batch_size: 2}
+pipelines:
+  train: {use: imagenet_train, params: {size: 32, decode_device: cpu}}
+  eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36, decode_device: cpu}}
+trainer: {epochs: 1, max_steps: 1, eval_every_n_epochs: 0}
+tracking: {enabled: false}
+""")
+    assert run_cli(["data", "cache", "src", "jpeg", "--format", "jpeg", "--max-side", MAX_SIDE], capsys)[0] == 0
+    assert stale_source_note("jpeg/train") is None and stale_source_note("jpeg/val") is None
+    before = fingerprint(src / "train")
+    Image.new("RGB", (40, 30), COLOURS[1]).save(src / "train" / "c1" / "new.jpg")  # the source grows after caching
+    after = fingerprint(src / "train")
+    assert stale_source_note("jpeg/val") is None
+
+    code, out, err = run_cli(["launch", "experiments/exp.yaml"], capsys)
+    assert code == 0, err
+    assert err == (
+        f"note: jpeg/train is a cache of {(src / 'train').resolve()}, which has changed since it was cached (then 12 "
+        f"files in 3 classes, {before['bytes']} bytes; now 13 files in 3 classes, {after['bytes']} bytes). This run "
+        f"reads the images as they were then; `runner data cache {src.resolve()} jpeg --format jpeg --max-side 48 "
+        "--quality 90` brings the cache up to date.\n")

@@ -194,30 +194,13 @@ def run_fingerprint(args) -> int:
     return 0
 
 
-def _source_now(folder: Path, then: dict, root: Path, manifest: dict) -> str:
-    """Whether a cache's source split, where it is on this machine, still has the fingerprint it had when cached."""
-    from runner.data.manifest import build_command
-    from runner.data.scan import fingerprint
-
-    if not folder.is_dir():
-        return "not on this machine"
-    try:
-        now = fingerprint(folder)
-    except DataError as e:
-        return f"not readable now ({e.message})"
-    if now["sha256"] == then["sha256"]:
-        return "unchanged"
-    return (f"changed since (now {now['files']} files in {now['classes']} classes, {now['bytes']} bytes): "
-            f"`{build_command(root, manifest)}` brings the cache up to date")
-
-
 def _print_manifest(root: Path, manifest: dict) -> None:
-    from runner.data.manifest import describe, manifest_problem
+    from runner.data.manifest import describe, manifest_problem, source_now
 
     console.out.print(f"{escape(display_path(root))}: {escape(describe(manifest))}")
     console.out.print(f"made from {escape(str(manifest.get('source')))}")
     for split, fp in (manifest.get("source_fingerprint") or {}).items():
-        now = _source_now(Path(str(manifest.get("source"))) / split, fp, root, manifest)
+        now = source_now(root, manifest, split)
         console.out.print(f"  source {split or '(one split)'}: {fp['files']} files in {fp['classes']} classes, "
                           f"{fp['bytes']} bytes, sha256 {fp['sha256']}; {escape(now)}")
     s = manifest.get("summary")

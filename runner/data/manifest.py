@@ -77,6 +77,54 @@ def manifest_problem(root: Path, manifest: dict) -> str | None:
             f"(paths relative to {display_path(root)}), or build the cache into a new folder.")
 
 
+def _source_state(manifest: dict, split: str) -> tuple[str, dict | None]:
+    """('unchanged' | 'changed' | 'absent' | the reason it is unreadable, its fingerprint now) of a cache's source
+    split, where the manifest says it is on this machine."""
+    from runner.data.scan import fingerprint
+    from runner.errors import DataError
+
+    then = (manifest.get("source_fingerprint") or {}).get(split)
+    folder = Path(str(manifest.get("source"))) / split
+    if then is None or not folder.is_dir():
+        return "absent", None
+    try:
+        now = fingerprint(folder)
+    except DataError as e:
+        return f"not readable now ({e.message})", None
+    return ("unchanged" if now["sha256"] == then.get("sha256") else "changed"), now
+
+
+def _files(fp: dict) -> str:
+    return f"{fp.get('files')} files in {fp.get('classes')} classes, {fp.get('bytes')} bytes"
+
+
+def source_now(root: Path, manifest: dict, split: str) -> str:
+    """Whether a cache's source split, where it is on this machine, still has the fingerprint it had when cached."""
+    state, now = _source_state(manifest, split)
+    if state == "absent":
+        return "not on this machine"
+    if state != "changed":
+        return state
+    return f"changed since (now {_files(now)}): `{build_command(root, manifest)}` brings the cache up to date"
+
+
+def stale_source_note(folder: str | Path) -> str | None:
+    """A note when `folder` (a split a run reads) is a whole cache whose source split, on this machine, has changed
+    since it was built; None otherwise."""
+    found = find_manifest(folder)
+    if found is None or not found[1].get("complete"):
+        return None
+    root, manifest = found
+    split = "" if root == Path(folder) else Path(folder).name
+    state, now = _source_state(manifest, split)
+    if state != "changed":
+        return None
+    then = manifest["source_fingerprint"][split]
+    return (f"{display_path(Path(folder))} is a cache of {Path(str(manifest.get('source'))) / split}, which has "
+            f"changed since it was cached (then {_files(then)}; now {_files(now)}). This run reads the images as "
+            f"they were then; `{build_command(root, manifest)}` brings the cache up to date.")
+
+
 def run_params(role: str, folder: str | Path) -> dict[str, str]:
     """`data.cache.ROLE.*` params for a run that reads `folder`: empty when it is not a cache.
 
