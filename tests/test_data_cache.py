@@ -53,6 +53,7 @@ def test_cache_mirrors_splits_class_folders_and_files(src, tmp_path):
     marker = read_cache_marker(tmp_path / "cache")
     assert marker["complete"] and marker["settings"] == {"format": 2, "max_side": MAX_SIDE}
     assert marker["summary"]["written"] == 18
+    assert marker["source_fingerprint"] == {split: fingerprint(src / split) for split in ("train", "val")}
 
 
 def test_a_single_split_is_cached_into_dst_directly(src, tmp_path):
@@ -527,7 +528,7 @@ def test_caches_scale_16_bit_and_float_images_to_8_bits_as_dali_does(tmp_path):
         assert np.abs(jpeg.astype(int) - original).mean() < 2, name
 
 
-def test_a_run_on_a_cache_whose_source_changed_since_says_so(src, project, capsys):
+def test_a_run_on_a_cache_whose_source_changed_since_says_so_for_jpeg_and_raw_caches(src, project, capsys):
     from runner.data.manifest import stale_source_note
 
     (project / "experiments" / "exp.yaml").write_text("""
@@ -545,6 +546,16 @@ tracking: {enabled: false}
     Image.new("RGB", (40, 30), COLOURS[1]).save(src / "train" / "c1" / "new.jpg")  # the source grows after caching
     after = fingerprint(src / "train")
     assert stale_source_note("jpeg/val") is None
+
+    assert run_cli(["data", "cache", "src", "raw", "--max-side", MAX_SIDE], capsys)[0] == 0  # after the change
+    assert stale_source_note("raw/train") is None
+    (src / "train" / "c1" / "new.jpg").unlink()
+    assert stale_source_note("raw/train") == (
+        f"raw/train is a cache of {(src / 'train').resolve()}, which has changed since it was cached (then 13 files "
+        f"in 3 classes, {after['bytes']} bytes; now 12 files in 3 classes, {before['bytes']} bytes). This run reads "
+        f"the images as they were then; `runner data cache {src.resolve()} raw --max-side 48` brings the cache up "
+        "to date.")
+    Image.new("RGB", (40, 30), COLOURS[1]).save(src / "train" / "c1" / "new.jpg")
 
     code, out, err = run_cli(["launch", "experiments/exp.yaml"], capsys)
     assert code == 0, err

@@ -35,6 +35,7 @@ from runner.data.scan import (
     DEFAULT_SKIP_LIST,
     READER_CASE_SENSITIVE,
     FileIssue,
+    fingerprint,
     reader_reads,
     scan_image_folder,
     setup_decoder,
@@ -193,7 +194,7 @@ def _marker(settings: dict, src: Path, summary: CacheSummary) -> dict:
     fields["skipped"] = [list(issue) for issue in summary.skipped]
     fields["stale"] = list(summary.stale)
     return {"made_by": "runner data cache", "settings": settings, "source": str(src.resolve()), "complete": True,
-            "summary": fields}
+            "source_fingerprint": {split: fingerprint(src / split) for split in summary.splits}, "summary": fields}
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
