@@ -100,7 +100,8 @@ def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     launch = {f.name: _mean([m[f"cpu/{f.name}"] for m in kept if f"cpu/{f.name}" in m])
               for f in fields(LaunchThreadsWindow)}
     return {"images_per_s": ips, "data_wait_share": sum(m["loader/data_wait_share"] for m in kept) / len(kept),
-            "stream_wait_share": _mean([m[STREAM_WAIT] for m in kept if STREAM_WAIT in m]), **parts, "gpu_util_pct": _mean(utils), "cpu_busy_pct": _mean(cpu), "windows": len(kept), **launch,
+            "stream_wait_share": _mean([m[STREAM_WAIT] for m in kept if STREAM_WAIT in m]), **parts,
+            "gpu_util_pct": _mean(utils), "cpu_busy_pct": _mean(cpu), "windows": len(kept), **launch,
             "steps": result.steps - warmup, "batch": batch, "final_loss": kept[-1]["train/loss"]}
 
 

@@ -40,6 +40,11 @@ def _num(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _points(share: float) -> str:
+    """A share as percent points without the sign: the bracket of a range of percentages."""
+    return f"{100 * share:.1f}"
+
+
 def _util(x: float) -> str:
     return f"{x:.0f}%"
 
@@ -51,14 +56,14 @@ def rows(result: BenchResult) -> list[list[str]]:
     for r in result.rows:
         overhead = spread(ratios(r.runs.get("e2e", []), r.runs.get("bare", [])))
         cells = [_cell(r.stat("loader", "images_per_s"), n, _num), _cell(r.stat("e2e", "images_per_s"), n, _num),
-                 "-" if r.is_ceiling else _cell(result.share(r), n, percent, lambda x: f"{100 * x:.1f}"),
+                 "-" if r.is_ceiling else _cell(result.share(r), n, percent, _points),
                  _cell(r.stat("e2e", "gpu_util_pct"), n, _util, lambda x: f"{x:.0f}"),
-                 _wait(r, n), _cell(r.stat("e2e", "stream_wait_share"), n, percent, lambda x: f"{100 * x:.1f}"),
+                 _wait(r, n), _cell(r.stat("e2e", "stream_wait_share"), n, percent, _points),
                  _cell(r.stat("e2e", "cpu_busy_pct"), n, _util, lambda x: f"{x:.0f}"), _threads(r, n),
                  _cell(r.stat("bare", "images_per_s"), n, _num),
-                 _cell(overhead, n, percent, lambda x: f"{100 * x:.1f}"),
+                 _cell(overhead, n, percent, _points),
                  _cell(r.stat("beside", "images_per_s"), n, _num),
-                 "-" if r.is_ceiling else _cell(result.share(r, "beside"), n, percent, lambda x: f"{100 * x:.1f}"),
+                 "-" if r.is_ceiling else _cell(result.share(r, "beside"), n, percent, _points),
                  _errors(r, n)]
         head = [r.name, r.description] if result.suite is None else \
             [r.name, r.description, "-" if r.is_ceiling or not r.ceiling else r.ceiling]
@@ -76,7 +81,7 @@ def _errors(r: Row, repeat: int) -> str:
 
 def _wait(r: Row, repeat: int) -> str:
     """The data wait and, for a hybrid, each pipeline's part of it (medians over the rounds)."""
-    cell = _cell(r.stat("e2e", "data_wait_share"), repeat, percent, lambda x: f"{100 * x:.1f}")
+    cell = _cell(r.stat("e2e", "data_wait_share"), repeat, percent, _points)
     parts = [f"{name} {percent(s.median)}" for name in r.waited_pipelines()
              if (s := r.stat("e2e", PART_WAIT_KEY + name))]
     return f"{cell}: {', '.join(parts)}" if parts else cell

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 TABLE_ROWS = 50  # longer lists are in the skip list file
 
 
+FOLDER_OF_SPLITS = "an ImageFolder ({root}/<class>/<image>) or a folder of splits ({root}/train, ...)"
+
+
 def register(sub) -> None:
     p = sub.add_parser("data", help="dataset tools: synthetic ImageFolder, decode check, fingerprint, "
                                     "decoded or JPEG cache")
@@ -50,7 +53,7 @@ def register(sub) -> None:
 
     c = actions.add_parser("check", help="decode every image of an ImageFolder (each split of a folder of splits); "
                                          "write a skip list of bad files")
-    c.add_argument("dir", metavar="DIR", help="an ImageFolder (DIR/<class>/<image>) or a folder of splits (DIR/train, ...)")
+    c.add_argument("dir", metavar="DIR", help=FOLDER_OF_SPLITS.format(root="DIR"))
     c.add_argument("-o", "--output", metavar="FILE",
                    help=f"skip list to write, for one ImageFolder (default: DIR/{DEFAULT_SKIP_LIST}, in each split)")
     c.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
@@ -58,12 +61,12 @@ def register(sub) -> None:
 
     f = actions.add_parser("fingerprint", help="file count, bytes and a hash of names and sizes of an ImageFolder "
                                                "(each split of a folder of splits)")
-    f.add_argument("dir", metavar="DIR", help="an ImageFolder (DIR/<class>/<image>) or a folder of splits (DIR/train, ...)")
+    f.add_argument("dir", metavar="DIR", help=FOLDER_OF_SPLITS.format(root="DIR"))
     f.set_defaults(handler=run_fingerprint)
 
     k = actions.add_parser("cache", help="decode every image once into uint8 .npy arrays (a pre-decoded cache), "
                                          "or re-encode it as a smaller JPEG (--format jpeg)")
-    k.add_argument("src", metavar="SRC", help="an ImageFolder (SRC/<class>/<image>) or a folder of splits (SRC/train, ...)")
+    k.add_argument("src", metavar="SRC", help=FOLDER_OF_SPLITS.format(root="SRC"))
     k.add_argument("dst", metavar="DST", help="cache folder to create or resume; mirrors SRC's folders")
     k.add_argument("--format", choices=("raw", "jpeg"), default="raw",
                    help="raw: decoded .npy arrays, read by pipelines/imagenet_*_cache.yaml; jpeg: an ImageFolder of "
@@ -115,9 +118,9 @@ def run_check(args) -> int:
     root = Path(args.dir)
     splits = _splits(root)
     if args.output and splits != [""]:
-        raise DataError(f"holds splits ({', '.join(splits)}), each with its own skip list in its folder; --output names "
-                        f"one file, so give it with one split (e.g. {display_path(root / splits[0])}), or leave it out.",
-                        file=root)
+        raise DataError(f"holds splits ({', '.join(splits)}), each with its own skip list in its folder; --output "
+                        f"names one file, so give it with one split (e.g. {display_path(root / splits[0])}), or leave "
+                        "it out.", file=root)
     worst = 0
     for split in splits:
         if split:
@@ -127,7 +130,8 @@ def run_check(args) -> int:
 
 
 def _splits(root: Path) -> list[str]:
-    """ROOT's splits ([""]: ROOT is one ImageFolder), each scanned first: a layout mistake stops before any output."""
+    """ROOT's splits ([""]: ROOT is one ImageFolder), each scanned first: a layout mistake stops before any output
+    (listing is cheap next to decoding every file)."""
     from runner.data.cache import find_splits
     from runner.data.scan import scan_data_folder
 
@@ -176,18 +180,20 @@ def _decoded_line(report: CheckReport) -> str:
 
 
 def run_fingerprint(args) -> int:
+    from runner.data.cache import find_splits
     from runner.data.manifest import find_manifest
     from runner.data.scan import fingerprint
 
     folder = Path(args.dir)
     found = find_manifest(folder)
-    splits = None
+    if found and found[0] == folder:  # a cache root: its splits, as the runs read them
+        splits = list((found[1].get("summary") or {}).get("splits") or [""])
+    else:
+        splits = find_splits(folder)
+    prints = {split: fingerprint(folder / split) for split in splits}  # all before any output: one may not scan
     if found:
         _print_manifest(*found)
-        if found[0] == folder:  # a cache root: its splits, as the runs read them
-            splits = list((found[1].get("summary") or {}).get("splits") or [""])
-    for split in splits or _splits(folder):
-        fp = fingerprint(folder / split)
+    for split, fp in prints.items():
         console.out.print(f"{escape(display_path(folder / split))}: {fp['files']} files in {fp['classes']} classes, "
                           f"{fp['bytes']} bytes")
         console.out.print(f"sha256 {fp['sha256']}")
