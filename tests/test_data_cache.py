@@ -173,15 +173,18 @@ def test_cache_files_without_a_source_are_reported(src, tmp_path):
     assert s.stale == ("val/c0/001.jpg.npy",) and s.images == 17
 
 
-def test_runs_refuse_a_cache_holding_an_image_its_source_no_longer_has_until_it_is_removed(src, project, capsys):
-    (project / "experiments" / "exp.yaml").write_text("""
+ON_THE_JPEG_CACHE = """
 model: {name: resnet18, num_classes: 3}
 data: {root: jpeg, batch_size: 2}
 pipelines:
   train: {use: imagenet_train, params: {size: 32, decode_device: cpu}}
   eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36, decode_device: cpu}}
 tracking: {enabled: false}
-""")
+"""  # a tiny run on the JPEG cache in ./jpeg
+
+
+def test_runs_refuse_a_cache_holding_an_image_its_source_no_longer_has_until_it_is_removed(src, project, capsys):
+    (project / "experiments" / "exp.yaml").write_text(ON_THE_JPEG_CACHE)
     cache = ["data", "cache", "src", "jpeg", "--format", "jpeg", "--max-side", MAX_SIDE]
     assert run_cli(cache, capsys)[0] == 0
     os.replace(src / "train" / "c0" / "001.jpg", src / "train" / "c2" / "relabelled.jpg")  # the source relabelled
@@ -304,9 +307,19 @@ def test_jpeg_cache_is_an_image_folder_of_smaller_jpegs_with_a_manifest(src, tmp
     assert summary["bytes_in"] == sum((src / n).stat().st_size for n in jpeg_files(dst)) == s.jpeg_bytes
 
 
-def test_jpeg_cache_writes_rgb_jpegs_upright_for_greyscale_cmyk_png_and_rotated_sources(tmp_path):
+def dali_decoded(paths: list[Path]) -> list[np.ndarray]:
+    """Each file as DALI's CPU decoder gives it (output_type=RGB)."""
     from nvidia.dali import fn, pipeline_def, types
 
+    @pipeline_def(batch_size=len(paths), num_threads=1, device_id=None)
+    def decode():
+        encoded, _ = fn.readers.file(files=[str(p) for p in paths])
+        return fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
+
+    return [np.asarray(t) for t in decode().run()[0]]
+
+
+def test_jpeg_cache_writes_rgb_jpegs_upright_for_greyscale_cmyk_png_and_rotated_sources(tmp_path):
     from runner.data.jpeg_cache import build_jpeg_cache
 
     folder = tmp_path / "src" / "a"
@@ -322,14 +335,8 @@ def test_jpeg_cache_writes_rgb_jpegs_upright_for_greyscale_cmyk_png_and_rotated_
     assert (s.images, s.copied) == (5, 0)
     assert jpeg_files(tmp_path / "jpeg") == ["a/cmyk.jpg", "a/grey.jpg", "a/p.png.jpg", "a/r.jpg", "a/small.jpg"]
 
-    @pipeline_def(batch_size=5, num_threads=1, device_id=None)
-    def decode(root):
-        jpegs, _ = fn.readers.file(file_root=str(root))
-        return fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-
-    def decoded(root):
-        pipe = decode(root)
-        return [np.asarray(t) for t in pipe.run()[0]]
+    def decoded(root):  # in the reader's order: sorted names
+        return dali_decoded(sorted((root / "a").iterdir()))
 
     originals, cached = decoded(tmp_path / "src"), decoded(tmp_path / "jpeg")
     for o, c in zip(originals, cached):  # DALI applies EXIF orientation to the source; the cache holds it applied
@@ -498,17 +505,6 @@ def write_deep_images(folder: Path) -> None:
     Image.fromarray(ramp.astype(np.float32) / 65535).save(folder / "float.tif")
 
 
-def dali_decoded(paths: list[Path]) -> list[np.ndarray]:
-    from nvidia.dali import fn, pipeline_def, types
-
-    @pipeline_def(batch_size=len(paths), num_threads=1, device_id=None)
-    def decode():
-        encoded, _ = fn.readers.file(files=[str(p) for p in paths])
-        return fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
-
-    return [np.asarray(t) for t in decode().run()[0]]
-
-
 def test_caches_scale_16_bit_and_float_images_to_8_bits_as_dali_does(tmp_path):
     from runner.data.jpeg_cache import build_jpeg_cache
 
@@ -531,15 +527,8 @@ def test_caches_scale_16_bit_and_float_images_to_8_bits_as_dali_does(tmp_path):
 def test_a_run_on_a_cache_whose_source_changed_since_says_so_for_jpeg_and_raw_caches(src, project, capsys):
     from runner.data.manifest import stale_source_note
 
-    (project / "experiments" / "exp.yaml").write_text("""
-model: {name: resnet18, num_classes: 3}
-data: {root: jpeg, batch_size: 2}
-pipelines:
-  train: {use: imagenet_train, params: {size: 32, decode_device: cpu}}
-  eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36, decode_device: cpu}}
-trainer: {epochs: 1, max_steps: 1, eval_every_n_epochs: 0}
-tracking: {enabled: false}
-""")
+    (project / "experiments" / "exp.yaml").write_text(
+        ON_THE_JPEG_CACHE + "trainer: {epochs: 1, max_steps: 1, eval_every_n_epochs: 0}\n")
     assert run_cli(["data", "cache", "src", "jpeg", "--format", "jpeg", "--max-side", MAX_SIDE], capsys)[0] == 0
     assert stale_source_note("jpeg/train") is None and stale_source_note("jpeg/val") is None
     before = fingerprint(src / "train")
