@@ -102,7 +102,7 @@ def resolve_source(source: str, experiment: str | None, uri: str | None, out: Pa
 
 def write_experiment(config: dict[str, Any], folder: Path, stem: str) -> Path:
     """A checkpoint's resolved experiment as a file, without the tags that name the run's place."""
-    from runner.repro.snapshot import IDENTITY_TAGS
+    from runner.config.frozen import IDENTITY_TAGS
 
     tags = (config.get("tracking") or {}).get("tags") or {}
     for key in IDENTITY_TAGS:

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from runner import console
+from runner.config.frozen import as_logged
 from runner.data.paths import split_dir, synth_dir
 from runner.errors import DataError, RunnerError
 from runner.machine import cpu_cores
@@ -97,6 +98,8 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
 
     if v.config.trainer.deterministic:  # cuBLAS reproducibility; torch before ~2.10 raises without it
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if resume == AUTO_RESUME:
+        resume = auto_resume(v)
     if under_torchrun():
         return run_worker(v, resume=resume)
     init = None
@@ -177,7 +180,7 @@ def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None 
     for role, (folder, fp) in (split_fingerprints(v) if fingerprints is None else fingerprints).items():
         extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
         extra.update(manifest.run_params(role, folder))  # a cache says what it was made from, and how
-    return {**flatten(v.loaded.resolved), **flatten(extra)}
+    return {**flatten(as_logged(v.loaded.resolved)), **flatten(extra)}
 
 
 def split_inputs(v, fingerprints: dict[str, tuple[Path, dict]]) -> list:
@@ -208,7 +211,7 @@ def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, d
     tracker.set_tags(runinfo.run_tags(v, world))
     for data in split_inputs(v, fingerprints):
         tracker.log_input(data)
-    tracker.log_text(OmegaConf.to_yaml(v.loaded.resolved), "experiment.yaml")
+    tracker.log_text(OmegaConf.to_yaml(as_logged(v.loaded.resolved)), "experiment.yaml")
     if v.labels is not None:
         tracker.log_text(v.labels.to_json(), LABEL_MAP_ARTIFACT)
     for role in v.graphs:
@@ -223,6 +226,7 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
     """One training process: join the group, train, record, tear down."""
     from runner import dist
     from runner.summary import print_summary
+    from runner.sweep.child import on_end, on_fresh_start, sweep_parent
     from runner.train import train
 
     d = dist.setup(v.target.accelerator)
@@ -247,6 +251,8 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
             run_id = tracker.start(params) or run_id or uuid.uuid4().hex
             if not state:
                 log_run_inputs(v, tracker, d.world, fingerprints)
+                if sweep_parent(v.config.tracking.tags):
+                    on_fresh_start(tracker.uri, run_id, v.config.tracking.tags)
         run_id = dist.broadcast_object(run_id, d)
         result = train(v, d, tracker, run_id=run_id, resume=state, init=init)
         if d.main:
@@ -256,6 +262,8 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
             finished = tracker.finish(result.status)
             if result.status == "FINISHED" and finished.delivered and finished.run_id and v.config.trainer.checkpoint_log:
                 log_model(v, finished.uri, finished.run_id, result.checkpoint)
+            if finished.delivered and sweep_parent(v.config.tracking.tags):
+                on_end(finished.uri, v.config.tracking.tags)  # the parent run shows the sweep's result so far
             print_summary(v, result, finished)
         return 0 if result.status == "FINISHED" else 128 + int(result.signal or 15)
     except BaseException as e:
@@ -301,7 +309,7 @@ def log_model(v, uri: str, run_id: str, checkpoint: Path | None) -> None:
     if index_file is None or not index_file.is_file():
         return
     index = json.loads(index_file.read_text())
-    files = {"experiment.yaml": OmegaConf.to_yaml(v.loaded.resolved)}
+    files = {"experiment.yaml": OmegaConf.to_yaml(as_logged(v.loaded.resolved))}
     if v.labels is not None:
         files[LABEL_MAP_ARTIFACT] = v.labels.to_json()
     log_logged_model(uri, run_id, v.config.name or v.config.model.name, index, files)
@@ -322,6 +330,21 @@ def load_resume(v, resume: str, world: int) -> dict:
     state = checkpoint.load(path)
     checkpoint.check_resumable(state, path, checkpoint.fixed_settings(v, world))
     return state
+
+
+AUTO_RESUME = "auto"  # --resume auto: the latest checkpoint if there is one, else a fresh start (a requeued job)
+
+
+def auto_resume(v) -> str | None:
+    """The experiment's latest checkpoint under trainer.checkpoint_dir, said; None (a fresh start) when it has none."""
+    from runner import checkpoint
+
+    found = checkpoint.find_latest(v.config.trainer.checkpoint_dir, v.config.name)
+    if found is None:
+        return None
+    if "RANK" not in os.environ or os.environ.get("RANK") == "0":
+        console.note(f"--resume auto: continuing from {found}")
+    return str(found)
 
 
 def resolve_resume(v, resume: str) -> Path:

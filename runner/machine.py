@@ -24,6 +24,23 @@ def visible_gpus() -> int:
     return min(count, len(ids))
 
 
+def visible_gpu_ids() -> list[str]:
+    """The ids CUDA_VISIBLE_DEVICES gives the visible GPUs (indexes or UUIDs; all of them when it is unset), to hand
+    a subset to a child process."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return [str(i) for i in range(visible_gpus())]
+    return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"][:visible_gpus()]
+
+
+def cpu_core_ids() -> list[int]:
+    """The cores this process may run on, by id."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return list(range(os.cpu_count() or 1))
+
+
 def cpu_cores() -> int:
     """Cores this process may run on (the affinity mask, not the machine's total)."""
     try:

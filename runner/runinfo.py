@@ -71,13 +71,15 @@ def versions() -> dict[str, str]:
 
 
 def run_tags(v, world: int) -> dict[str, str]:
-    """Tags logged with every run: code, versions, machine, GPUs, layout."""
+    """Tags logged with every run: code, versions, machine, GPUs, layout, and the digest of the setting it trains
+    (config_sha256: the same for runs of one setting wherever they are kept; runner.config.frozen)."""
+    from runner.config.frozen import config_digest
     from runner.telemetry import gpu_info
 
     cfg = v.config
     tags = {"host": socket.gethostname(), "platform": platform.platform(), "accelerator": v.target.accelerator,
             "world_size": str(world), "loader": cfg.data.loader, "experiment_file": str(v.loaded.path),
-            "overrides": shlex.join(v.loaded.overrides)}
+            "overrides": shlex.join(v.loaded.overrides), "config_sha256": config_digest(v.loaded.resolved)}
     import torch
 
     from runner.machine import cpu_cores

@@ -51,14 +51,16 @@ def check_names(loaded: LoadedExperiment) -> None:
 
 
 def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
-             accelerator: str | None = None, check_pipelines: bool = True) -> Validated:
-    """Load and check an experiment for this machine (or for `accelerator`, when given); check_pipelines=False
-    reads the DALI pipelines' files without checking them against DALI, for work that will not build them."""
+             accelerator: str | None = None, processes: int | None = None, check_pipelines: bool = True) -> Validated:
+    """Load and check an experiment for this machine, or for another with `accelerator` and `processes` per node
+    (default 1), e.g. a cluster's node; check_pipelines=False reads the DALI pipelines' files without checking them
+    against DALI, for work that will not build them."""
     loaded = load_experiment(path, overrides)
     check_names(loaded)
     trainer = loaded.config.trainer
     acc = accelerator or resolve_accelerator(trainer.accelerator, loaded.at("trainer.accelerator"))
-    procs = processes_per_node(trainer.devices, acc, loaded.at("trainer.devices")) if accelerator is None else 1
+    procs = processes_per_node(trainer.devices, acc, loaded.at("trainer.devices")) if accelerator is None \
+        else processes or 1
     target = Dist(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     accumulation = check_accumulation(loaded, target.world)
     check_caches(loaded)  # before the folders are scanned: a half-built cache has empty class folders

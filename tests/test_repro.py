@@ -275,13 +275,13 @@ def test_sweep_mistakes_are_one_paragraph_naming_the_item(tiny, capsys, items, m
     ("resnet18", ["resnet18"]),
 ])
 def test_sweep_lists_split_at_top_level_commas(text, parts):
-    from runner.repro.sweep import split_list
+    from runner.sweep.grid import split_list
 
     assert split_list(text) == parts
 
 
 def test_sweep_grid_varies_the_last_axis_fastest():
-    from runner.repro.sweep import grid, parse_sweep
+    from runner.sweep.grid import grid, parse_sweep
 
     axes, plain = parse_sweep(["a.x=1,2", "b=3", "c.y=p,q,r"])
     assert plain == ["b=3"]

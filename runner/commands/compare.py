@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
@@ -43,8 +44,34 @@ def run(args) -> int:
     from runner.tracking.store import store_uri
 
     uri = store_uri(args.uri)
+    sweep = sweep_parent(args, uri)
+    if sweep is not None:
+        return show_sweep(sweep, args)
     runs = select_runs(args, uri)
     return show(runs, Path(args.out), group_by=args.group_by)
+
+
+def sweep_parent(args, uri: str):
+    """The sweep whose parent run is named (`runner compare PARENT_RUN_ID` or --parent), as its children landed."""
+    from runner.sweep.landing import is_sweep_parent, read_landed
+    from runner.tracking.store import get_run
+
+    named = args.parent if args.parent is not None and not args.run_ids else \
+        args.run_ids[0] if len(args.run_ids) == 1 and args.parent is None and args.experiment is None else None
+    if named is None:
+        return None
+    record = get_run(uri, named)
+    return read_landed(uri, record) if is_sweep_parent(record) else None
+
+
+def show_sweep(landed, args) -> int:
+    """A sweep's children finished so far in groups, with how many are still to come."""
+    runs = list(landed.runs.values())
+    if not runs:
+        console.out.print(f"sweep {landed.parent.run_id}: {landed.counts}; no child has a run yet.")
+        return 0
+    group_by = args.group_by if args.group_by is not None else landed.group_by
+    return show(runs, Path(args.out), group_by=group_by, notes=[landed.counts])
 
 
 def select_runs(args, uri: str) -> list:
@@ -66,41 +93,82 @@ def select_runs(args, uri: str) -> list:
     return runs
 
 
-def show(runs: list, out: Path | None, group_by: list[str] | None = None) -> int:
-    """Print the legend, the runs, the groups' spreads and the closing line; write compare.png and
-    compare.md to `out` (unless None). `group_by` None groups by every differing param except the seeds."""
-    from runner.repro.compare import chart, group_table, lead_line, legend, load_compared, markdown, run_table
+@dataclass(frozen=True)
+class Report:
+    """What compare shows: a heading, notes, the table of runs, the groups' spreads, the closing line."""
+    title: str
+    notes: list[str]
+    groups: list
+    run_columns: list[str]
+    run_rows: list[list[str]]
+    group_columns: list[str]
+    group_rows: list[list[str]]
+    ends: list[int]
+    closing: str
+
+    def markdown(self) -> str:
+        from runner.repro.compare import markdown
+
+        return "\n".join([self.title, "", *(f"- {n}" for n in self.notes), "",
+                          markdown(self.run_columns, self.run_rows), markdown(self.group_columns, self.group_rows),
+                          self.closing, ""])
+
+
+def build_report(runs: list, group_by: list[str] | None = None, notes: Sequence[str] = ()) -> Report:
+    """The groups of `runs` and their statistics; `group_by` None groups by every differing param except the
+    seeds. `notes` come first (e.g. how many of a sweep's children are still running)."""
+    from runner.repro.compare import group_table, lead_line, legend, load_compared, run_table
     from runner.repro.groups import group_runs, grouping_keys, varying_within
 
     keys = grouping_keys(runs, group_by)
     compared = load_compared(runs)
     groups = group_runs(compared, keys)
-    title = heading(runs, keys, len(groups))
-    notes = legend(groups)
+    lines = [*notes, *legend(groups)]
     varying = varying_within(groups, keys)
     if varying:
-        notes.append(f"also differ within groups: {', '.join(varying)}")
+        lines.append(f"also differ within groups: {', '.join(varying)}")
     unfinished = [c.run for c in compared if c.run.status != "FINISHED"]
     if unfinished:
-        notes.append("left out of the statistics (not FINISHED): "
+        lines.append("left out of the statistics (not FINISHED): "
                      + ", ".join(f"{r.short} ({r.status})" for r in unfinished))
     run_columns, run_rows = run_table(groups)
     group_columns, group_rows, ends = group_table(groups)
     closing = lead_line(groups, "the spread within groups" if varying else "the spread over seeds")
-    console.out.print(escape(title))
-    for line in notes:
+    return Report(title=heading(runs, keys, len(groups)), notes=lines, groups=groups, run_columns=run_columns,
+                  run_rows=run_rows, group_columns=group_columns, group_rows=group_rows, ends=ends, closing=closing)
+
+
+def print_report(report: Report) -> None:
+    console.out.print(escape(report.title))
+    for line in report.notes:
         console.out.print(f"  {escape(line)}")
-    console.out.print(_fitting(run_columns, run_rows, numbers=range(run_columns.index("time") + 1, len(run_columns) - 1)))
+    columns = report.run_columns
+    console.out.print(_fitting(columns, report.run_rows, numbers=range(columns.index("time") + 1, len(columns) - 1)))
     console.out.print()
-    console.out.print(_table(group_columns, group_rows, numbers=range(2, len(group_columns)), ends=ends))
+    console.out.print(_table(report.group_columns, report.group_rows, numbers=range(2, len(report.group_columns)),
+                             ends=report.ends))
     console.out.print()
-    console.out.print(escape(closing))
+    console.out.print(escape(report.closing))
+
+
+def write_report(report: Report, out: Path) -> tuple[Path, Path]:
+    """out/compare.png (the groups' mean curves) and out/compare.md (the tables)."""
+    from runner.repro.compare import chart
+
+    out.mkdir(parents=True, exist_ok=True)
+    png = chart(report.groups, out / "compare.png", report.title)
+    md = out / "compare.md"
+    md.write_text(report.markdown())
+    return png, md
+
+
+def show(runs: list, out: Path | None, group_by: list[str] | None = None, notes: Sequence[str] = ()) -> int:
+    """Print the legend, the runs, the groups' spreads and the closing line; write compare.png and
+    compare.md to `out` (unless None). `group_by` None groups by every differing param except the seeds."""
+    report = build_report(runs, group_by, notes)
+    print_report(report)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        chart(groups, out / "compare.png", title)
-        (out / "compare.md").write_text("\n".join([title, "", *(f"- {n}" for n in notes), "",
-                                                    markdown(run_columns, run_rows), markdown(group_columns, group_rows),
-                                                    closing, ""]))
+        write_report(report, out)
         console.out.print(f"wrote {out}/compare.png and {out}/compare.md")
     return 0
 

@@ -9,9 +9,10 @@ from runner.commands.args import add_experiment, experiment_and_overrides, label
 def register(sub) -> None:
     p = sub.add_parser("launch", help="train and evaluate an experiment (DDP through torchrun), tracked in MLflow")
     add_experiment(p)
-    p.add_argument("--resume", nargs="?", const="last", metavar="CHECKPOINT|RUN_ID",
+    p.add_argument("--resume", nargs="?", const="last", metavar="CHECKPOINT|RUN_ID|auto",
                    help="continue from a checkpoint: a file, a run id (its checkpoint fetched from the tracking store "
-                        "when it is not here), or (no value) this experiment's latest")
+                        "when it is not here), or (no value) this experiment's latest; auto: the latest if there is "
+                        "one, else a fresh start (for a job that may be requeued)")
     p.set_defaults(handler=run)
 
 

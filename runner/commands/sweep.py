@@ -1,114 +1,127 @@
-"""`runner sweep`: one run per combination of comma-separated overrides, grouped under one parent MLflow run."""
+"""`runner sweep`: one child run per combination of comma-separated overrides, grouped under one parent MLflow run,
+run on this machine (several at once, each on its own GPUs and cores) or as SLURM jobs; `--resume` runs again the
+children that did not finish."""
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from rich.markup import escape
 
 from runner import console
-from runner.commands.args import add_experiment, experiment_and_overrides, run_notes
+from runner.commands.args import experiment_and_overrides, run_notes
+from runner.errors import ConfigError, RunnerError
+
+FLAG_KEYS = {"launcher": "launcher.name", "parallel": "launcher.parallel", "gpus_per_run": "launcher.gpus_per_run"}
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="run every combination of key=a,b,c overrides, one after another, as child "
-                                     "runs of one MLflow parent run",
+    p = sub.add_parser("sweep", help="run every combination of key=a,b,c overrides as child runs of one MLflow "
+                                     "parent run: on this machine, several at once, or as SLURM jobs",
                        description="An override with comma-separated values (optimizer.lr=0.1,0.05) is a sweep "
                                    "axis; one without commas applies to every run. Quote a value that holds a comma; "
-                                   "brackets keep a list one value: optimizer.betas=[0.9,0.99],[0.8,0.9].")
-    add_experiment(p)
+                                   "brackets keep a list one value: optimizer.betas=[0.9,0.99],[0.8,0.9]. Each child "
+                                   "is frozen as the resolved experiment it trains, in the sweep's folder "
+                                   "(launcher.dir), and launched there with --resume auto. The launcher section of "
+                                   "the experiment (or launcher.KEY=VALUE here) says where children run.")
+    p.add_argument("experiment", nargs="?", help="experiment YAML file")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides and sweep axes, e.g. seed=0,1,2")
+    p.add_argument("--launcher", choices=("local", "slurm"),
+                   help="where children run (launcher.name): local, this machine (default); slurm, job arrays")
+    p.add_argument("--parallel", type=_positive, metavar="N",
+                   help="children at once (launcher.parallel): local, default 1 or GPUs / --gpus-per-run; slurm, the "
+                        "job array's limit")
+    p.add_argument("--gpus-per-run", type=_positive_or_zero, metavar="K",
+                   help="GPUs each child gets (launcher.gpus_per_run): CUDA_VISIBLE_DEVICES here, --gpus-per-node "
+                        "on SLURM")
+    p.add_argument("--resume", metavar="PARENT_RUN_ID",
+                   help="run again the children of this sweep that did not finish (those whose config or data "
+                        "failed them stay failed unless --retry-failed); follows the ones SLURM still holds")
+    p.add_argument("--retry-failed", action="store_true", help="with --resume: also the children that failed for "
+                                                               "their config or data")
+    p.add_argument("--uri", help="with --resume: the tracking store of the parent run (default: $MLFLOW_TRACKING_URI, "
+                                 "else ./mlflow.db)")
+    p.add_argument("--detach", action="store_true", help="slurm: submit and return; the parent run and runner compare "
+                                                         "PARENT_RUN_ID show the results as they land")
     p.add_argument("--dry-run", action="store_true", help="validate every combination and print the grid; run nothing")
     p.set_defaults(handler=run)
 
 
+def _positive(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of 1 or more")
+    return int(text)
+
+
+def _positive_or_zero(text: str) -> int:
+    import argparse
+
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of 0 or more")
+    return int(text)
+
+
+def flag_overrides(args) -> list[str]:
+    """--launcher, --parallel and --gpus-per-run as the launcher.* overrides they stand for."""
+    return [f"{key}={getattr(args, flag)}" for flag, key in FLAG_KEYS.items() if getattr(args, flag) is not None]
+
+
 def run(args) -> int:
-    from runner.repro.sweep import check_grid, grid, parse_sweep, short_keys_unique
+    if args.resume:
+        if args.experiment:
+            raise RunnerError("--resume PARENT_RUN_ID reads the experiment and its children from the sweep's folder; "
+                              "give no experiment file or overrides with it.", file="command line")
+        from runner.sweep.start import resume_sweep
+
+        return resume_sweep(args.resume, uri=args.uri, flags=flag_overrides(args), retry_failed=args.retry_failed,
+                            detach=args.detach)
+    if not args.experiment:
+        raise RunnerError("name the experiment file to sweep (runner sweep EXPERIMENT key=a,b ...), or --resume "
+                          "PARENT_RUN_ID.", file="command line")
+    from runner.sweep.grid import grid, parse_sweep
+    from runner.sweep.start import check_children, start_sweep
 
     path, items = experiment_and_overrides(args)
-    axes, plain = parse_sweep(items)
+    flags = flag_overrides(args)
+    axes, plain = parse_sweep([*items, *(f for f in flags if f.split("=")[0] not in _keys(items))],
+                              require_axis=False)  # one child is a sweep on SLURM (check_children)
+    for axis in axes:
+        if axis.key.split(".")[0] == "launcher":
+            raise ConfigError("the launcher says how the whole sweep runs; give it one value, not a list.",
+                              file=f"command line '{axis.item}'", where=axis.key)
     children = grid(axes)
-    checked = check_grid(path, plain, axes, children)  # every mistake surfaces before the first run
-    short = short_keys_unique(axes)
-    print_grid(path, axes, plain, children)
+    sweep = check_children(path, plain, axes, children)  # every mistake surfaces before the first run
+    print_grid(path, axes, plain, sweep)
+    for text in dict.fromkeys(str(e) for e in sweep.errors.values()):  # a bad value of an axis: said once
+        console.error(text)
     if args.dry_run:
-        return 0
-    run_notes(checked[0])
-    return run_children(path, plain, children, checked[0], short)
+        return 2 if sweep.errors else 0
+    if sweep.errors:
+        console.note(f"{_children(list(sweep.errors))} {'does' if len(sweep.errors) == 1 else 'do'} not validate and "
+                     f"will not run; the other {len(sweep.checked)} will.")
+    run_notes(sweep.first)
+    return start_sweep(sweep, detach=args.detach)
 
 
-def print_grid(path: str, axes, plain: list[str], children) -> None:
-    rows = [[str(c.index), *(escape(v) for _, v in c.values)] for c in children]
+def _children(indices: list[int]) -> str:
+    from runner.errors import first_names
+
+    return f"child {indices[0]}" if len(indices) == 1 else f"children {first_names([str(i) for i in indices], 8)}"
+
+
+def _keys(items: list[str]) -> set[str]:
+    return {i.split("=", 1)[0].strip() for i in items if "=" in i}
+
+
+def print_grid(path: str, axes, plain: list[str], sweep) -> None:
+    rows = [[str(c.index), *(escape(v) for _, v in c.values), "invalid" if c.index in sweep.errors else ""]
+            for c in sweep.children]
     keys = [escape(a.key) for a in axes]
-    title = f"{Path(path).name}: {len(children)} runs" + (f", each with {' '.join(plain)}" if plain else "")
-    console.out.print(console.table(escape(title), ["#", *keys], rows, justify_numbers=False))
+    n = len(sweep.children)
+    title = f"{Path(path).name}: {n} run{'s' if n != 1 else ''}" + (f", each with {' '.join(plain)}" if plain else "")
+    has_invalid = bool(sweep.errors)
+    columns = ["#", *keys, *(["check"] if has_invalid else [])]
+    console.out.print(console.table(escape(title), columns, [r if has_invalid else r[:-1] for r in rows],
+                                    justify_numbers=False))
 
-
-def run_children(path: str, plain: list[str], children, v, short: bool) -> int:
-    """Launch the children one after another, each in its own process (GPU memory, DALI threads and torch's
-    global flags start fresh for every child); a Ctrl-C stops the running child at a step boundary and the sweep."""
-    from runner.repro.sweep import child_overrides, run_name
-
-    parent = _open_parent_run(v, path, plain, children)
-    parent_id = parent.run_id if parent else None
-    named = any(o.split("=", 1)[0].strip() == "tracking.run_name" for o in [*plain, *children[0].overrides])
-    codes: list[int] = []
-    for child in children:
-        overrides = child_overrides(child, plain, parent_run_id=parent_id,
-                                    name=None if named else run_name(child, short))
-        console.out.print(f"[bold]sweep run {child.index}/{len(children)}[/]: {escape(child.label(short))}")
-        codes.append(_launch_child(path, overrides))
-        if codes[-1] in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-            break
-    interrupted = codes[-1] in (128 + signal.SIGINT, 128 + signal.SIGTERM)
-    failed = [c.index for c, code in zip(children, codes) if code != 0]
-    if parent is not None:
-        parent.finish("KILLED" if interrupted else "FAILED" if failed else "FINISHED")
-        _summary(parent.uri, parent_id, [k for k, _ in children[0].values])
-    if interrupted:
-        console.error(f"sweep stopped after run {len(codes)} of {len(children)}.")
-        return codes[-1]
-    if failed:
-        console.error(f"sweep runs {', '.join(map(str, failed))} failed; their output is above.")
-        return 1
-    return 0
-
-
-def _launch_child(path: str, overrides: list[str]) -> int:
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "launch", path, *overrides])
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:  # the child got the same SIGINT: it stops at a step boundary and saves a checkpoint
-        return proc.wait() or 128 + signal.SIGINT
-
-
-def _open_parent_run(v, path: str, plain: list[str], children):
-    from runner.repro.sweep import open_parent_run
-
-    tracker = open_parent_run(v, path, plain, children)
-    if tracker is None:
-        console.note("tracking is off (tracking.enabled: false): the runs are not grouped under a parent run.")
-    else:
-        console.note(f"parent run {tracker.run_id} in experiment '{v.config.tracking.experiment}' at {tracker.uri}")
-    return tracker
-
-
-def _summary(uri: str, parent_id: str, swept: list[str]) -> None:
-    """compare's grouped table of the children, grouped by the swept keys other than `seed` (the groups
-    compare would make by itself, unless a key is written otherwise than its param, e.g. in brackets)."""
-    from runner.commands.compare import show
-    from runner.errors import RunnerError
-    from runner.tracking.store import find_runs
-
-    try:
-        runs = find_runs(uri, parent=parent_id, limit=1000)
-    except RunnerError:
-        return
-    if runs:
-        group_by = [k for k in swept if k != "seed"]
-        if not set(group_by) <= {k for r in runs for k in r.params}:  # a key written unlike its param name
-            group_by = None
-        show(runs, None, group_by=group_by)
-        flag = f" --group-by {','.join(group_by)}" if group_by else ""
-        console.out.print(f"chart and table: runner compare --parent {parent_id}{flag} --uri {uri}")

@@ -225,6 +225,40 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SlurmConfig:
+    """How `runner sweep --launcher slurm` asks SLURM for each child's job (docs/deploy.md)."""
+    partition: str | None = None                # null: the cluster's default partition
+    time: str | None = None                     # each child's time limit: MM, HH:MM:SS or D-HH:MM:SS; null: the default
+    mem: str | None = None                      # memory per node, e.g. 64G; null: the partition's default
+    account: str | None = None
+    qos: str | None = None
+    # more sbatch options, each as written on sbatch's command line, e.g. [--constraint=h100, --exclusive]
+    options: list[str] = field(default_factory=list)
+    # shell lines every job runs before runner, e.g. [module load cuda, source /shared/venv/bin/activate]
+    setup: list[str] = field(default_factory=list)
+    requeue: bool = True                        # a preempted or failed node's job goes back in the queue and resumes
+    # with `time` set: SIGTERM this many seconds before the limit, so the child checkpoints and requeues itself
+    grace_s: int = bounded(120, ge=10)
+    python: str | None = None                   # the interpreter jobs run runner with; null: the one that submits
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherConfig:
+    """Where and how `runner sweep` runs its children; `runner launch` ignores it, and no run logs it as a param."""
+    name: Literal["local", "slurm"] = "local"   # local: this machine; slurm: one job per child (job arrays)
+    # children at once: local, default 1 (GPUs / gpus_per_run when that is set); slurm, the array's limit (null: none)
+    parallel: int | None = bounded(None, ge=1)
+    # GPUs each child gets (CUDA_VISIBLE_DEVICES locally, --gpus-per-node on SLURM); null: local, every visible GPU;
+    # slurm, trainer.devices when it is a number and trainer.accelerator is not cpu, else none
+    gpus_per_run: int | None = bounded(None, ge=0)
+    # CPU cores each child gets (pinned locally, --cpus-per-task on SLURM); null: local, the cores split evenly
+    # between the children that run at once; slurm, the partition's default
+    cpus_per_run: int | None = bounded(None, ge=1)
+    dir: str = "sweeps"                         # where each sweep's folder goes: frozen children, logs, checkpoints
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Experiment:
     name: str = ""
     description: str = ""
@@ -236,3 +270,4 @@ class Experiment:
     data: DataConfig = field(default_factory=DataConfig)
     pipelines: PipelinesConfig = field(default_factory=PipelinesConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)

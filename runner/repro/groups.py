@@ -7,16 +7,16 @@ from dataclasses import dataclass
 from string import ascii_uppercase
 from typing import TYPE_CHECKING
 
+from runner.config.frozen import IDENTITY_TAGS, PLACE_KEYS
 from runner.errors import RunnerError, did_you_mean, list_names
-from runner.repro.snapshot import IDENTITY_TAGS
 from runner.tracking.store import RunRecord
 
 if TYPE_CHECKING:
     from runner.repro.compare import Compared
 
-# params that say which run it is and where it was logged (its name, store, parent, what it reproduces),
-# not how it trains; `runner reproduce` logs to the original's store, so its tracking.uri may be set
-IDENTITY_PARAMS = frozenset({"tracking.run_name", "tracking.uri", *(f"tracking.tags.{t}" for t in IDENTITY_TAGS)})
+# params that say which run it is and where it was kept (its name, store, checkpoint folder, parent, what it
+# reproduces), not how it trains; `runner reproduce` logs to the original's store, so its tracking.uri may be set
+IDENTITY_PARAMS = frozenset({*PLACE_KEYS, *(f"tracking.tags.{t}" for t in IDENTITY_TAGS)})
 # the experiment's seed and every seed runinfo.seeds derives from it: repeats of one setting differ in these
 SEED_PARAMS = frozenset({"seed", "seed.torch", "seed.reader_shuffle", "seed.dali_train", "seed.dali_eval"})
 MISSING = "-"  # a run without the param

@@ -24,14 +24,11 @@ from typing import Any
 import yaml
 
 from runner.config import LoadedExperiment, load_experiment
+from runner.config.frozen import IDENTITY_TAGS, as_logged
 from runner.config.load import find_pipeline, is_pipeline_path, pipeline_search_path
 from runner.errors import ConfigError, RunnerError
 from runner.loaders.dali_plan import BOUND_PARAMS
 from runner.tracking.store import RunRecord, read_artifact
-
-# tracking tags that say what a run *is* (a sweep child, a reproduction), not how it trains:
-# a re-run does not inherit them
-IDENTITY_TAGS = ("mlflow.parentRunId", "runner.reproduces", "runner.sweep")
 
 
 @dataclass(frozen=True)
@@ -121,7 +118,7 @@ def _local_pipeline(run: RunRecord, use: str, role: str) -> Path:
 
 def inline_pipelines(loaded: LoadedExperiment) -> dict[str, Any]:
     """The resolved experiment with each `use:` pipeline replaced by its steps, outputs and parameters."""
-    out = copy.deepcopy(loaded.resolved)
+    out = copy.deepcopy(as_logged(loaded.resolved))
     for role, source in loaded.pipelines.items():
         if source.name == "inline":
             continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -50,6 +50,7 @@ class RunRecord:
     tags: dict[str, str]
     metric_keys: tuple[str, ...]
     uri: str
+    latest: dict[str, float] = field(default_factory=dict)  # each metric's last logged value
 
     @property
     def short(self) -> str:
@@ -96,7 +97,7 @@ def _record(c: Any, run: Any, uri: str, experiments: dict[str, str]) -> RunRecor
     return RunRecord(run_id=run.info.run_id, name=run.info.run_name or run.info.run_id[:8],
                      experiment=experiments[exp_id], status=run.info.status, start_ms=run.info.start_time or 0,
                      end_ms=run.info.end_time, params=dict(run.data.params), tags=dict(run.data.tags),
-                     metric_keys=tuple(sorted(run.data.metrics)), uri=uri)
+                     metric_keys=tuple(sorted(run.data.metrics)), uri=uri, latest=dict(run.data.metrics))
 
 
 @_answering

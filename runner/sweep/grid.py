@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 
 from runner.errors import ConfigError, RunnerError
 
@@ -55,8 +54,13 @@ def split_list(text: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
-def parse_sweep(items: list[str]) -> tuple[list[Axis], list[str]]:
-    """key=value command-line items -> (sweep axes, plain overrides applied to every child)."""
+NOTHING_TO_SWEEP = ("nothing to sweep: no override has a comma-separated list of values (key=a,b,c). runner launch "
+                    "runs a single experiment (runner sweep --launcher slurm, a single SLURM job).")
+
+
+def parse_sweep(items: list[str], *, require_axis: bool = True) -> tuple[list[Axis], list[str]]:
+    """key=value command-line items -> (sweep axes, plain overrides applied to every child); no axis at all is
+    one child, unless `require_axis`."""
     axes: list[Axis] = []
     plain: list[str] = []
     seen: dict[str, str] = {}
@@ -80,9 +84,8 @@ def parse_sweep(items: list[str]) -> tuple[list[Axis], list[str]]:
             raise ConfigError(f"the sweep list names {repeated} more than once; each value makes one run.",
                               file=f"command line '{item}'", where=key)
         axes.append(Axis(key=key, item=item, values=tuple(values)))
-    if not axes:
-        raise ConfigError("nothing to sweep: no override has a comma-separated list of values (key=a,b,c). "
-                          "runner launch runs a single experiment.", file="command line")
+    if not axes and require_axis:
+        raise ConfigError(NOTHING_TO_SWEEP, file="command line")
     return axes, plain
 
 
@@ -97,46 +100,30 @@ def short_keys_unique(axes: list[Axis]) -> bool:
     return len(set(leaves)) == len(leaves)
 
 
-def check_grid(experiment: str, plain: list[str], axes: list[Axis], children: list[Child]) -> list:
-    """Validate every child before any runs; an error names the sweep item it came from."""
+def check_grid(experiment: str, plain: list[str], axes: list[Axis], children: list[Child], *,
+               accelerator: str | None = None, processes: int | None = None) -> list:
+    """Validate every child before any runs (for the machine the children run on: this one, or `accelerator` with
+    `processes` per node); an error names the sweep item it came from. Returns, per child, its Validated or its
+    error: one child's mistake does not hold up the rest, but a mistake every child shares is raised."""
     from runner.validate import validate
 
     items = {f"command line '{a.key}={v}'": a.item for a in axes for v in a.values}
-    checked = []
+    checked: list = []
     for child in children:
         try:
-            checked.append(validate(experiment, [*plain, *child.overrides]))
+            checked.append(validate(experiment, [*plain, *child.overrides], accelerator=accelerator,
+                                    processes=processes))
         except RunnerError as e:
             if e.file in items:
-                raise type(e)(e.message, file=f"command line '{items[e.file]}'", where=e.where) from None
-            raise type(e)(f"{e.message} (sweep run {child.index}: {child.label(False)})", file=e.file, line=e.line,
-                          where=e.where) from None
+                checked.append(type(e)(e.message, file=f"command line '{items[e.file]}'", where=e.where))
+            else:
+                checked.append(type(e)(f"{e.message} (sweep run {child.index}: {child.label(False)})", file=e.file,
+                                       line=e.line, where=e.where))
+    if all(isinstance(c, RunnerError) for c in checked):
+        raise checked[0] from None
     return checked
 
 
 def run_name(child: Child, short_keys: bool) -> str:
     """The child's MLflow run name: its values, e.g. 'lr=0.1 batch_size=64' (quotes and $ dropped)."""
     return "".join(ch for ch in child.label(short_keys) if ch not in "'\"\\$")
-
-
-def child_overrides(child: Child, plain: list[str], *, parent_run_id: str | None, name: str | None) -> list[str]:
-    """What the child is launched with: plain overrides, its values, its place under the parent run."""
-    out = [*plain, *child.overrides]
-    if name is not None:
-        out.append(f"tracking.run_name='{name}'")
-    if parent_run_id is not None:
-        out.append(f"tracking.tags[mlflow.parentRunId]='{parent_run_id}'")
-    return out
-
-
-def open_parent_run(v, experiment: str, plain: list[str], children: list[Child]):
-    """The sweep's started MLflow parent run, its axes and overrides as tags and params; None with tracking off."""
-    from runner.tracking import parent_run
-
-    axes = " ".join(f"{k}={','.join(dict.fromkeys(c.values[i][1] for c in children))}"
-                    for i, (k, _) in enumerate(children[0].values))
-    return parent_run(v, run_name=f"sweep {Path(experiment).stem}",
-                      tags={"runner.sweep": "parent", "runner.experiment_file": experiment,
-                            "runner.overrides": " ".join([axes, *plain])},
-                      params={"sweep.experiment": experiment, "sweep.axes": axes, "sweep.overrides": " ".join(plain),
-                              "sweep.runs": len(children)})
