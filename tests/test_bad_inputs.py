@@ -42,7 +42,7 @@ steps:
 outputs: [images, labels]
 """
 LAYOUT = "Expected an ImageFolder: ROOT/<class>/<image>.jpg, one folder per class with the images directly inside."
-KEYS = "Valid keys: name, description, seed, model, optimizer, scheduler, trainer, data, pipelines, tracking."
+KEYS = "Valid keys: name, description, seed, model, optimizer, scheduler, trainer, data, pipelines, tracking, launcher."
 OPTIMIZER_KEYS = ("Valid keys in optimizer: name, lr, lr_reference_batch, momentum, nesterov, weight_decay, betas, "
                   "eps, no_decay_on_norm_and_bias.")
 URI_FORMS = ("Use http(s)://host[:port][/path] (a tracking server), sqlite:///path/to/mlflow.db (sqlite:////abs/"

@@ -45,7 +45,7 @@ def test_unknown_key_has_file_line_and_suggestion(project):
 def test_unknown_top_level_key(project):
     assert error_of(write(project, "optimiser: {lr: 1}\n")).startswith(
         "experiments/exp.yaml:1: optimiser: unknown key. Did you mean 'optimizer'? Valid keys: name, description, "
-        "seed, model, optimizer, scheduler, trainer, data, pipelines, tracking.")
+        "seed, model, optimizer, scheduler, trainer, data, pipelines, tracking, launcher.")
 
 
 @pytest.mark.parametrize("override,message", [

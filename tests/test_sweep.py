@@ -47,13 +47,13 @@ def test_sweep_over_seeds_and_pipelines_ends_with_the_grouped_comparison(tiny, p
         assert "eval/top1" in child.data.metrics
     summary = out[out.index("4 runs of tiny in 2 groups"):]
     assert summary.startswith("4 runs of tiny in 2 groups, by pipelines.train.use\n"
+                              "  4 children: 4 done\n"
                               f"  A = pipelines.train.use={PLAIN} (2 runs)\n"
                               f"  B = pipelines.train.use={RANDAUG} (2 runs)\n")
     closing = re.compile(r"^(A|B) (leads (A|B) by \d+\.\d\d points of|and (A|B) tie on) eval/top1 .*n = 2 and 2\): "
                          r"(not )?larger than the spread over seeds \(Welch's t-test p = \S+ (<|>=) 0\.05\)\.$", re.M)
     assert closing.search(summary), summary
-    assert (f"chart and table: runner compare --parent {parent.info.run_id} --group-by pipelines.train.use "
-            f"--uri {uri}") in summary
+    assert f"chart and table: runner compare {parent.info.run_id} --uri {uri}" in summary
     code, out, err = run_cli(["compare", "--parent", parent.info.run_id, "--out", "cmp"], capsys)
     assert code == 0, err
     assert out.startswith("4 runs of tiny in 2 groups, by pipelines.train.use\n")  # seeds are not a group key

@@ -17,6 +17,7 @@ from runner.sweep.plan import ChildPlan, Resources, SweepPlan, freeze_child, loa
 from runner.sweep.status import FAILED, INVALID, NOT_STARTED, STOPPED, ChildStatus, counts_line
 
 SEED_KEYS = ("seed",)
+BASE_SECTIONS = ("launcher.", "launcher=", "trainer.", "trainer=")
 
 
 @dataclass
@@ -39,7 +40,8 @@ def check_children(experiment: str, plain: list[str], axes: list[Axis], children
     """Every child validated for the machine it will run on: this one, or (SLURM) a node with the GPUs it asks for."""
     from runner.config import load_experiment
 
-    base = load_experiment(experiment, plain)  # the launcher section: the same for every child
+    # the launcher and trainer sections, the same for every child; the rest is each child's to check
+    base = load_experiment(experiment, [o for o in plain if o.lstrip("~+").startswith(BASE_SECTIONS)])
     launcher = base.config.launcher
     if not axes and launcher.name == "local":
         raise ConfigError(NOTHING_TO_SWEEP, file="command line")
