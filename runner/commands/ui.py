@@ -77,7 +77,7 @@ def check_port_free(host: str, port: int) -> None:
                               "ui?) may hold it; choose another port with --port.", where="--port") from None
 
 
-def serve(argv: list[str], log_path: Path, *, health: str, ready: str) -> int:
+def serve(argv: list[str], log_path: Path, *, health: str, ready: str, what: str = "the MLflow UI") -> int:
     """Run the server until it exits or this process is asked to stop; the whole group goes either way."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -95,7 +95,7 @@ def serve(argv: list[str], log_path: Path, *, health: str, ready: str) -> int:
         console.error(f"MLflow's server stopped by itself (exit code {code}); its output is in {log_path}.")
         return 1
     except _Stop as stop:
-        console.err.print(f"stopping the MLflow UI ({signal.Signals(stop.signum).name})", markup=False)
+        console.err.print(f"stopping {what} ({signal.Signals(stop.signum).name})", markup=False)
         return 128 + stop.signum
     finally:
         if proc is not None:
