@@ -70,6 +70,8 @@ def check_port_free(host: str, port: int) -> None:
     import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        # as the server binds: a port whose last server just stopped (connections in TIME_WAIT) is free
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:

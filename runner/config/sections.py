@@ -237,7 +237,7 @@ class SlurmConfig:
     # shell lines every job runs before runner, e.g. [module load cuda, source /shared/venv/bin/activate]
     setup: list[str] = field(default_factory=list)
     requeue: bool = True                        # a preempted or failed node's job goes back in the queue and resumes
-    # with `time` set: SIGTERM this many seconds before the limit, so the child checkpoints and requeues itself
+    # with `time` set: SIGUSR1 to the job this many seconds before the limit: the child checkpoints, the job requeues
     grace_s: int = bounded(120, ge=10)
     python: str | None = None                   # the interpreter jobs run runner with; null: the one that submits
 

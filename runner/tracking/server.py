@@ -72,10 +72,26 @@ def postgres_in(folder: Path) -> Postgres:
                               "database.", where="--backend-uri") from None
         user = "postgres"
     data = folder.resolve() / "postgres"
+    if user is not None:
+        _check_reachable(data, user)
     sock = folder.resolve() / "postgres-socket"
     if len(str(sock)) > SOCKET_PATH_MAX:  # a deep folder: the socket goes to a short path of its own
         sock = Path(tempfile.gettempdir()) / f"runner-pg-{hashlib.sha1(str(data).encode()).hexdigest()[:12]}"
     return Postgres(bindir=bindir, data=data, socket_dir=sock, user=user)
+
+
+def _check_reachable(data: Path, user: str) -> None:
+    """The account PostgreSQL runs as can enter every folder above its data (root's own folders are often closed)."""
+    account = pwd.getpwnam(user)
+    for folder in reversed(data.parents):
+        if not folder.exists():
+            return
+        st = folder.stat()
+        if st.st_uid != account.pw_uid and not st.st_mode & 0o001:
+            raise RunnerError(f"PostgreSQL runs as the '{user}' account (it refuses root), and {folder} is closed to "
+                              f"it, so it cannot keep its data in {data}. Give --dir a folder it can reach (e.g. "
+                              f"/srv/mlflow-server), open the folder to it (chmod o+x {folder}), or point "
+                              "--backend-uri at an existing database.", where="--dir")
 
 
 def _as_owner(pg: Postgres, argv: list[str]) -> list[str]:
