@@ -19,17 +19,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line as `runner` reads it: key=value overrides may come after options too
+    (`runner bench X --steps 50 data.batch_size=64`)."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    # key=value overrides may come after options too: `runner bench X --steps 50 data.batch_size=64`
     if extra and all(("=" in e or e.startswith("~")) and not e.startswith("-") for e in extra) \
             and hasattr(args, "overrides"):
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    args = parse(argv)
     try:
         return args.handler(args) or 0
     except RunnerError as e:
