@@ -151,3 +151,26 @@ def test_resume_runs_again_only_the_children_that_did_not_finish(tmp_path):
         ("failed", "exit 1"), ("not started", ""), ("invalid", "does not validate")]
     assert [s.child.index for s in statuses if _again(s, retry_failed=False)] == [2, 4, 5]
     assert [s.child.index for s in statuses if _again(s, retry_failed=True)] == [2, 3, 4, 5]
+
+
+def test_a_child_killed_outright_has_its_run_ended_by_the_sweep(tmp_path, template_db):
+    import shutil
+
+    from mlflow import MlflowClient
+
+    from runner.sweep.drive import end_abandoned_runs
+    from runner.tracking.store import get_run
+
+    shutil.copy(template_db, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("tiny")
+    killed, finished = (client.create_run(exp).info.run_id for _ in range(2))
+    client.set_terminated(finished, "FINISHED")
+    p = dataclasses.replace(plan(tmp_path, 2), uri=uri)
+    for child, code in zip(p.children, (137, 0)):
+        p.child_dir(child).mkdir(parents=True)
+        write_exit(p.child_dir(child), code)
+    runs = {1: get_run(uri, killed), 2: get_run(uri, finished)}
+    end_abandoned_runs(p, sweep_status(p, {}, runs))  # SIGKILL: the child's run could not end itself
+    assert [client.get_run(r).info.status for r in (killed, finished)] == ["KILLED", "FINISHED"]

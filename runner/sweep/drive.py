@@ -83,8 +83,10 @@ def run_local(plan: SweepPlan, slots: list[Slot], todo: list[ChildPlan], view: S
                 launcher.stop(stop.signum)
             ended = launcher.poll()
             queued = {c.index: Live("queued", detail="waiting for a slot") for c in queue}
-            view.update(sweep_status(plan, {**queued, **launcher.live()}, runs.get(now=bool(ended))))
+            statuses = sweep_status(plan, {**queued, **launcher.live()}, runs.get(now=bool(ended)))
+            view.update(statuses)
             if ended:
+                end_abandoned_runs(plan, statuses)
                 on_end()
             time.sleep(POLL_S)
         statuses = sweep_status(plan, {}, runs.get(now=True))
@@ -106,6 +108,7 @@ def follow_slurm(plan: SweepPlan, view: SweepView, runs: Runs, on_end: Callable[
             statuses = sweep_status(plan, held, runs.get(now=bool(ended)))
             view.update(statuses)
             if ended:
+                end_abandoned_runs(plan, statuses)
                 on_end()
             if not held:
                 return sweep_status(plan, {}, runs.get(now=True)), False
@@ -115,6 +118,20 @@ def follow_slurm(plan: SweepPlan, view: SweepView, runs: Runs, on_end: Callable[
                 waited += POLL_S
             if stop.signum is not None:
                 return statuses, True
+
+
+def end_abandoned_runs(plan: SweepPlan, statuses: list[ChildStatus]) -> None:
+    """A child killed outright (SIGKILL, a lost node) could not end its run: the store would show it running. Its
+    exit record says how it ended; the run says so too (KILLED, or FAILED), and a resume sets it running again."""
+    from runner.sweep.status import FAILED, STOPPED
+    from runner.tracking.parent import set_run_tags
+
+    for s in statuses:
+        if s.state in (STOPPED, FAILED) and s.run is not None and s.run.status == "RUNNING" and plan.uri:
+            try:
+                set_run_tags(plan.uri, s.run.run_id, {}, status="KILLED" if s.state == STOPPED else "FAILED")
+            except Exception as e:  # noqa: BLE001 - the store may be away; the next landing reads it as it is
+                console.note(f"could not mark child {s.child.index}'s run {s.run.run_id} as ended: {e}")
 
 
 def launcher_slots(launcher: LauncherConfig, at) -> list[Slot]:
