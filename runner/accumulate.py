@@ -76,6 +76,12 @@ class SlotLoader:
         self.loaders, self.slots = loaders, slots
         self.steps_per_epoch = loaders[0].steps_per_epoch
 
+    def set_epoch(self, epoch: int) -> None:
+        """Before epoch `epoch` (from 0): loaders whose input changes with the epoch (loaders.epochs) take it."""
+        for loader in self.loaders:
+            if hasattr(loader, "set_epoch"):
+                loader.set_epoch(epoch)
+
     def epoch(self, start_batch: int = 0) -> Iterator[list[MicroBatch]]:
         epochs = [loader.epoch(start_batch) for loader in self.loaders]
         while True:

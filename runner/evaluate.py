@@ -213,7 +213,7 @@ def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> in
         nets = {key: load_model(build_model(cfg, d), state[key], key, weights) for key in WEIGHTS
                 if state.get(key) is not None}
         results = evaluate_nets(nets, loaders, criterion, d, autocast_args(tc.precision, d.device),
-                                tc.channels_last, cfg.model.num_classes)
+                                tc.channels_last, cfg.model.num_classes, tta=tc.eval_tta)
         for loader in loaders.values():
             loader.close()
         if d.main:

@@ -16,7 +16,7 @@ from runner.errors import ConfigError, Locator, did_you_mean, error_at
 from runner.registry import Registry
 
 TIMM_PREFIX = "timm/"
-TIMM_EXTRA = "pip install 'runner[timm]' (or pip install -e '.[timm]' from a checkout)"
+TIMM_EXTRA = "pip install 'timm>=1.0' (a dependency of runner)"
 
 MODELS: Registry[Callable[..., Any]] = Registry("model")
 
@@ -111,8 +111,8 @@ def find_model(name: str, at: dict[str, Any]) -> Callable[..., Any]:
     if name.startswith(TIMM_PREFIX):
         timm = timm_models()
         if timm is None:
-            raise ConfigError(f"{name} is one of timm's models, and timm is not installed. Install runner's timm "
-                              f"extra: {TIMM_EXTRA}; `runner models timm/` then lists its models.", **at)
+            raise ConfigError(f"{name} is one of timm's models, and timm is not installed. Install it: "
+                              f"{TIMM_EXTRA}; `runner models timm/` then lists its models.", **at)
         if name not in timm and "." in name:
             return _tagged_timm_builder(name, timm, at)
         return timm.get(name, **at)

@@ -1,44 +1,84 @@
-"""Optimizers and learning-rate schedules by name.
+"""Optimizers (timm.optim's factory) and learning-rate schedules by name.
 
 Schedules are per optimizer step (not per epoch), so warm-up and decay are smooth and a run cut
 by `trainer.max_steps` follows the same curve as a full one up to that point.
 """
 from __future__ import annotations
 
+import fnmatch
+import inspect
 import math
 from collections.abc import Callable
-from typing import Any
 
 from runner.config.sections import OptimizerConfig, SchedulerConfig
+from runner.errors import ConfigError, did_you_mean
 from runner.registry import Registry
 
-OPTIMIZERS: Registry[Callable[..., Any]] = Registry("optimizer")
 SCHEDULES: Registry[Callable[..., Callable[[int], float]]] = Registry("scheduler")
 
-
-def _param_groups(model, cfg: OptimizerConfig) -> list[dict]:
-    if not cfg.no_decay_on_norm_and_bias:
-        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim <= 1 else decay).append(p)  # 1-d: biases and norm scales
-    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+# runner's own keys that reach the optimizer's constructor when it takes them; the rest go through optimizer.kwargs
+COMMON_ARGS = ("momentum", "nesterov", "betas", "eps")
+COMMON_OPTIMIZERS = ("sgd", "momentum", "adamw", "lamb", "lars", "lion", "rmsproptf", "adafactor")
 
 
-@OPTIMIZERS.register("sgd")
-def _sgd(groups, cfg: OptimizerConfig, lr: float):
-    import torch
+def optimizer_names(pattern: str | None = None) -> list[str]:
+    """The optimizers timm.optim's factory builds (optimizer.name), optionally those matching `pattern`."""
+    import timm.optim
 
-    return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                           weight_decay=cfg.weight_decay)
+    names = timm.optim.list_optimizers()
+    if not pattern:
+        return names
+    if any(c in pattern for c in "*?["):
+        return [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    return [n for n in names if pattern in n]
 
 
-@OPTIMIZERS.register("adamw")
-def _adamw(groups, cfg: OptimizerConfig, lr: float):
-    import torch
+def optimizer_parameters(name: str) -> set[str] | None:
+    """The keyword arguments optimizer `name`'s constructor takes; None for one this machine cannot build (timm's
+    apex and bitsandbytes optimizers need those packages and CUDA)."""
+    import timm.optim
 
-    return torch.optim.AdamW(groups, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    cls = timm.optim.get_optimizer_info(name).opt_class
+    if isinstance(cls, str):  # imported on demand by timm
+        try:
+            cls = timm.optim.get_optimizer_class(name, bind_defaults=False)
+        except (AssertionError, ImportError):
+            return None
+    return set(inspect.signature(cls).parameters) - {"params", "self"}
+
+
+def check_optimizer(cfg: OptimizerConfig, model_name: str, at: Callable[[str], dict]) -> None:
+    """optimizer.name is one of timm's, and every setting written reaches its constructor: a ConfigError at the
+    first key that would be dropped."""
+    names = optimizer_names()
+    if cfg.name not in names:
+        common = ", ".join(n for n in COMMON_OPTIMIZERS if n in names)
+        raise ConfigError(f"unknown optimizer '{cfg.name}'.{did_you_mean(cfg.name, names)} optimizer.name takes one of "
+                          f"timm.optim's {len(names)} optimizers, e.g. {common}; `runner optimizers` lists them all "
+                          "with what they are.", **at("optimizer.name"))
+    takes = optimizer_parameters(cfg.name)
+    if takes is None:
+        raise ConfigError(f"{cfg.name} cannot be built on this machine: timm imports it from apex or bitsandbytes, "
+                          "which need CUDA and that package installed; choose another optimizer (`runner optimizers`).",
+                          **at("optimizer.name"))
+    for key in ("betas", "eps"):
+        if getattr(cfg, key) is not None and key not in takes:
+            raise ConfigError(f"{cfg.name} takes no {key}; remove optimizer.{key}, or choose an optimizer that does "
+                              "(adamw, lamb, ...).", **at(f"optimizer.{key}"))
+    if cfg.nesterov and "nesterov" not in takes:
+        raise ConfigError(f"{cfg.name} has no Nesterov momentum; remove optimizer.nesterov, or use sgd or lars.",
+                          **at("optimizer.nesterov"))
+    for key in cfg.kwargs:
+        if key in COMMON_ARGS or key in ("lr", "weight_decay", "params"):
+            raise ConfigError(f"'{key}' is a key of the optimizer section itself: write optimizer.{key}, not "
+                              f"optimizer.kwargs.{key}.", **at(f"optimizer.kwargs.{key}"))
+        if key not in takes:
+            raise ConfigError(f"{cfg.name} takes no argument '{key}'.{did_you_mean(key, takes)} Its constructor takes: "
+                              f"{', '.join(sorted(takes))}.", **at(f"optimizer.kwargs.{key}"))
+    if cfg.layer_decay is not None and not model_name.startswith("timm/"):
+        raise ConfigError(f"layer-wise lr decay groups a model's layers from the head down, which timm's models say "
+                          f"(group_matcher) and '{model_name}' does not; use a timm model (model.name=timm/resnet50) "
+                          "or remove optimizer.layer_decay.", **at("optimizer.layer_decay"))
 
 
 def scaled_lr(cfg: OptimizerConfig, global_batch: int) -> float:
@@ -49,8 +89,20 @@ def scaled_lr(cfg: OptimizerConfig, global_batch: int) -> float:
 
 
 def create_optimizer(model, cfg: OptimizerConfig, global_batch: int):
-    return OPTIMIZERS.get(cfg.name, where="optimizer.name")(_param_groups(model, cfg), cfg,
-                                                             scaled_lr(cfg, global_batch))
+    """timm's create_optimizer_v2 with the section's settings: parameter groups without weight decay on norms and
+    biases (no_decay_on_norm_and_bias) and with layer-wise lr scales (layer_decay), each group's lr its scale x the
+    scaled lr, so the per-step schedule (a LambdaLR over each group's initial lr) keeps the ratios."""
+    import timm.optim
+
+    takes = optimizer_parameters(cfg.name)
+    extra = {key: getattr(cfg, key) for key in COMMON_ARGS if key in takes and getattr(cfg, key) is not None}
+    lr = scaled_lr(cfg, global_batch)
+    optimizer = timm.optim.create_optimizer_v2(
+        model, opt=cfg.name, lr=lr, weight_decay=cfg.weight_decay, filter_bias_and_bn=cfg.no_decay_on_norm_and_bias,
+        layer_decay=cfg.layer_decay, **extra, **cfg.kwargs)
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+    return optimizer
 
 
 # Each schedule: (cfg, steps_per_epoch, total_steps) -> factor(step) in [0, 1] applied to the lr.

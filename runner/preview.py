@@ -303,20 +303,35 @@ def png_bytes(image: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def grid_header(v, pipeline: str, batch: int, parts: list[tuple[int | None, Denorm]]) -> tuple[str, str]:
-    """(title, subtitle) of a grid: the experiment, the pipeline, its seed; the batch size and what was undone."""
+def epoch_side(v, pipeline: str, epoch: int) -> str | None:
+    """'epoch 3: train side 48 px (pipelines.train.resolution)' for a train pipeline on a resolution schedule."""
+    from runner.loaders.epochs import resolution_at
+
+    r = v.config.pipelines.train.resolution
+    if r is None or not pipeline.startswith("train"):
+        return None
+    return f"epoch {epoch}: train side {resolution_at(r, epoch - 1)} px (pipelines.train.resolution)"
+
+
+def grid_header(v, pipeline: str, batch: int, parts: list[tuple[int | None, Denorm]],
+                epoch: int = 1) -> tuple[str, str]:
+    """(title, subtitle) of a grid: the experiment, the pipeline, its seed (and the epoch's side on a resolution
+    schedule); the batch size and what was undone."""
     cfg = v.config
     what = {"synthetic": "the synthetic loader", "torchvision": "torchvision transforms"}.get(cfg.data.loader)
     if what is None:
         what = f"pipeline {v.graphs[pipeline].graph.name}"
     title = f"{cfg.name}: {pipeline}, {what}, seed {cfg.seed}"
+    side = epoch_side(v, pipeline, epoch)
+    if side is not None:
+        title += f"; {side.removesuffix(' (pipelines.train.resolution)')}"
     undone = "; ".join(dict.fromkeys(d.describe() for _, d in parts))
     return title, f"batches of {batch}; {undone}"
 
 
-def render(v, pipeline: str, pixels: np.ndarray, targets: torch.Tensor, batch: int) -> bytes:
+def render(v, pipeline: str, pixels: np.ndarray, targets: torch.Tensor, batch: int, epoch: int = 1) -> bytes:
     """The PNG grid of images of `pipeline` (display_pixels of one batch, or of several), `batch` a batch's size."""
-    title, subtitle = grid_header(v, pipeline, batch, batch_denorms(v, pipeline))
+    title, subtitle = grid_header(v, pipeline, batch, batch_denorms(v, pipeline), epoch)
     return png_bytes(draw_grid(pixels, captions(targets, class_names(v)), title, subtitle))
 
 
@@ -346,12 +361,14 @@ def create_preview_loader(v, pipeline: str, d: Dist):
                              parts=(HYBRID,), feeds_model=False)
 
 
-def preview_png(v, pipeline: str, n: int) -> tuple[bytes, int]:
-    """The first `n` images `pipeline` yields on rank 0 (fewer when its epoch has fewer), as a PNG grid;
-    returns (png, images drawn)."""
+def preview_png(v, pipeline: str, n: int, epoch: int = 1) -> tuple[bytes, int]:
+    """The first `n` images `pipeline` yields on rank 0 in `epoch` (from 1; fewer when the epoch has fewer), as a
+    PNG grid; returns (png, images drawn)."""
     import torch
 
     loader = create_preview_loader(v, pipeline, preview_dist(v))
+    if hasattr(loader, "set_epoch"):  # a train pipeline on a resolution schedule, or with repeats
+        loader.set_epoch(epoch - 1)
     parts = batch_denorms(v, pipeline)
     pixels, targets, batch = [], [], 0
     try:
@@ -367,7 +384,7 @@ def preview_png(v, pipeline: str, n: int) -> tuple[bytes, int]:
     finally:
         loader.close()
     drawn = np.concatenate(pixels)
-    return render(v, pipeline, drawn, torch.cat(targets), batch), len(drawn)
+    return render(v, pipeline, drawn, torch.cat(targets), batch, epoch), len(drawn)
 
 
 class BatchPreview:

@@ -70,6 +70,9 @@ class TrainProgress:
             self.bar.update(self.epoch_task, completed=epoch, info=text)
         console.out.print(f"epoch {epoch}/{self.epochs} done  {_fmt(metrics)}  {text}".rstrip(), highlight=False)
 
+    def note(self, text: str) -> None:
+        console.out.print(text, highlight=False, markup=False)
+
     def close(self) -> None:
         if self.bar:
             self.bar.stop()
@@ -82,6 +85,7 @@ class NoProgress:
     def start_epoch(self, *a, **k) -> None: ...
     def step(self, *a, **k) -> None: ...
     def end_epoch(self, *a, **k) -> None: ...
+    def note(self, *a, **k) -> None: ...
     def close(self) -> None: ...
 
 

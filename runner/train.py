@@ -20,11 +20,14 @@ from torch import nn
 
 from runner import checkpoint
 from runner.accumulate import MicroBatch, check_accumulation, create_train_loader, global_batch
+from runner.budgets import Budgets
 from runner.checkpoint_log import CheckpointLog
 from runner.dist import Dist, all_gather_objects, all_sum
 from runner.ema import ModelEma, ema_split_prefix
 from runner.evaluation import Evaluation, class_names, log_evaluation
 from runner.loaders import create_loader
+from runner.loaders.epochs import resolution_at
+from runner.losses import create_losses
 from runner.mix import Mixer
 from runner.model_init import InitPlan, apply_init
 from runner.models import create_model
@@ -42,6 +45,8 @@ from runner.telemetry import (
 )
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+STOPPED_AT_TAG = "runner.stopped_at"  # why trainer.stop_at ended the run early
+TRAIN_RESOLUTION = "epoch/train_resolution"  # the side the epoch trained at (pipelines.train.resolution)
 
 
 @dataclass
@@ -137,11 +142,19 @@ def model_input(images: torch.Tensor, channels_last: bool, amp: dict) -> torch.T
     return images if amp["enabled"] else images.float()
 
 
+def predict(net, images: torch.Tensor, tta: str = "none") -> torch.Tensor:
+    """The logits of `images`; with tta "flip" the mean of theirs and their mirror images' (trainer.eval_tta)."""
+    logits = net(images)
+    if tta == "flip":
+        logits = (logits + net(images.flip(3))) / 2
+    return logits
+
+
 def evaluate_split(net, loader, criterion, d: Dist, amp: dict, channels_last: bool,
-                   num_classes: int, preview: BatchPreview | None = None) -> Evaluation:
+                   num_classes: int, preview: BatchPreview | None = None, tta: str = "none") -> Evaluation:
     """Loss, top-1/top-5 hits and the confusion matrix (num_classes x num_classes; 0: none) over this rank's
     shard, summed over ranks: every sample counted once. All of it accumulates on the device and crosses to the
-    host in one all-reduce. `preview` draws the first batch (once per run)."""
+    host in one all-reduce. `preview` draws the first batch (once per run); `tta`: trainer.eval_tta."""
     net.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=d.device)  # loss*n, top1, top5, n
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=d.device)  # [true, predicted]
@@ -151,7 +164,7 @@ def evaluate_split(net, loader, criterion, d: Dist, amp: dict, channels_last: bo
                 preview.take("eval", images, labels)
             images = model_input(images, channels_last, amp)
             with torch.autocast(**amp):
-                logits = net(images)
+                logits = predict(net, images, tta)
                 loss = criterion(logits.float(), labels)
             top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
             hits = top5 == labels[:, None]
@@ -174,7 +187,8 @@ def evaluate(net, loader, criterion, d: Dist, amp: dict, channels_last: bool, *,
 
 
 def evaluate_nets(nets: dict[str, nn.Module], loaders: dict[str, Any], criterion, d: Dist, amp: dict,
-                  channels_last: bool, num_classes: int, preview: BatchPreview | None = None) -> dict[str, Evaluation]:
+                  channels_last: bool, num_classes: int, preview: BatchPreview | None = None,
+                  tta: str = "none") -> dict[str, Evaluation]:
     """Each set of weights ("model", and "ema" for the averaged ones) on each eval split (`loaders`, by metric
     prefix): metric prefix -> Evaluation, eval/ and eval_NAME/ for the model, eval_ema/ and eval_ema_NAME/ for
     the EMA. `preview` draws the model's first batch of the main split."""
@@ -183,7 +197,7 @@ def evaluate_nets(nets: dict[str, nn.Module], loaders: dict[str, Any], criterion
         for prefix, loader in loaders.items():
             draw = preview if key == "model" and prefix == "eval" else None
             out[prefix if key == "model" else ema_split_prefix(prefix)] = evaluate_split(
-                net, loader, criterion, d, amp, channels_last, num_classes, draw)
+                net, loader, criterion, d, amp, channels_last, num_classes, draw, tta)
     return out
 
 
@@ -212,7 +226,7 @@ class Step:
     """What one training step uses: built once by build_step, called by train() and by runner bench's bare loop."""
     model: nn.Module                         # the parameters: clipped, checkpointed
     net: nn.Module                           # what runs forward: the model inside DDP and/or torch.compile
-    criterion: nn.Module
+    criterion: nn.Module                     # the training loss on class-index targets (trainer.loss)
     optimizer: torch.optim.Optimizer
     scheduler: Any
     scaler: torch.amp.GradScaler
@@ -221,6 +235,7 @@ class Step:
     ddp: nn.Module | None = None             # the DDP wrapper, whose all-reduce accumulation micro-steps skip
     mix: Mixer | None = None                 # pipelines.train.mix: mixup / cutmix of each batch
     soft_criterion: nn.Module | None = None  # the loss on mixed (probability) targets, smoothed already
+    eval_criterion: nn.Module | None = None  # eval/loss: cross entropy under either training loss
     ema: ModelEma | None = None              # trainer.ema: the averaged weights
 
 
@@ -246,11 +261,10 @@ def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[
     if d.enabled:  # after loading: DDP broadcasts rank 0's weights when it wraps the model
         net = ddp = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda"
                                                         else None)
-    return Step(model=model, net=compiled(net or model, tc),
-                criterion=nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing), optimizer=optimizer,
+    losses = create_losses(tc.loss, tc.label_smoothing)
+    return Step(model=model, net=compiled(net or model, tc), criterion=losses.hard, optimizer=optimizer,
                 scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device), tc=tc, ddp=ddp,
-                ema=ema, mix=mixer,
-                soft_criterion=nn.CrossEntropyLoss() if mixer else None)  # the mixed targets carry the smoothing
+                ema=ema, mix=mixer, soft_criterion=losses.soft if mixer else None, eval_criterion=losses.eval)
 
 
 def forward_backward_step(s: Step, images: torch.Tensor, labels: torch.Tensor, *,
@@ -396,8 +410,8 @@ def end_epoch(t: Telemetry, d: Dist) -> dict[str, float]:
 
 
 def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id: str, step: int, epoch: int,
-                    batch: int, kept: CheckpointLog | None = None, metrics: dict[str, float] | None = None
-                    ) -> Path | None:
+                    batch: int, kept: CheckpointLog | None = None, metrics: dict[str, float] | None = None,
+                    budgets: dict[str, Any] | None = None) -> Path | None:
     """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states,
     the resolved experiment and the label map (a checkpoint says what it is), then `kept` logs it."""
     if s.ema is not None:
@@ -413,7 +427,8 @@ def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id
         "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
         "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
         "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world),
-        "label_map": v.labels.index if v.labels is not None else None, "metrics": dict(metrics or {})}, ckpt_dir)
+        "label_map": v.labels.index if v.labels is not None else None, "metrics": dict(metrics or {}),
+        "budgets": budgets}, ckpt_dir)
     if kept is not None:
         kept.saved(path, step=step, epoch=epoch, metrics=metrics)
     return path
@@ -451,6 +466,7 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
     telemetry = Telemetry(d, train_loader.part_waits)
     previews = BatchPreview(v, tracker, d, enabled=resume is None)  # what the run trained on, as grids
+    budgets = Budgets(tc, resume.get("budgets") if resume else None)
     result = RunResult(run_id=run_id, status="FINISHED")
 
     # ---- loop --------------------------------------------------------------------------------
@@ -459,6 +475,7 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
             progress.start_epoch(epoch + 1, start_batch)
             batch, window = start_batch, Window(d.device)
             telemetry.start_epoch()
+            train_loader.set_epoch(epoch)
             batches = train_loader.epoch(start_batch)
             while step < total_steps:
                 t0 = time.perf_counter()
@@ -488,12 +505,15 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
                 if stopping:
                     result.status, result.signal = "KILLED", stop.signal or signal.SIGTERM
                     result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
-                                                        epoch=epoch, batch=batch, kept=kept)
+                                                        epoch=epoch, batch=batch, kept=kept,
+                                                        budgets=budgets.state(time.perf_counter() - started))
                     break
             if result.status == "KILLED":
                 break
 
             epoch_metrics = end_epoch(telemetry, d)
+            if cfg.pipelines.train.resolution is not None:
+                epoch_metrics[TRAIN_RESOLUTION] = float(resolution_at(cfg.pipelines.train.resolution, epoch))
             epoch += 1
             start_batch = 0
             last = epoch == tc.epochs or step >= total_steps
@@ -501,16 +521,26 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
                 if s.ema is not None:
                     s.ema.sync(d)
                 nets = {"model": s.net} | ({"ema": s.ema.module} if s.ema is not None else {})
-                evaluations.update(evaluate_nets(nets, eval_loaders, s.criterion, d, s.amp, tc.channels_last,
-                                                 cfg.model.num_classes, previews))
+                evaluations.update(evaluate_nets(nets, eval_loaders, s.eval_criterion, d, s.amp, tc.channels_last,
+                                                 cfg.model.num_classes, previews, tc.eval_tta))
                 for prefix, ev in evaluations.items():
                     epoch_metrics.update(ev.metrics(prefix))
+                reached, stop_reason = budgets.after_evaluation(epoch_metrics, epoch=epoch,
+                                                                seconds=time.perf_counter() - started)
+                epoch_metrics.update(reached)
+                if stop_reason is not None:
+                    last = True
+                    tracker.set_tags({STOPPED_AT_TAG: stop_reason})
+                    progress.note(f"stopped: {stop_reason}")
             tracker.log_metrics(epoch_metrics, epoch)
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)
             if last or (tc.checkpoint_every_n_epochs and epoch % tc.checkpoint_every_n_epochs == 0):
                 result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
-                                                    epoch=epoch, batch=0, kept=kept, metrics=epoch_metrics)
+                                                    epoch=epoch, batch=0, kept=kept, metrics=epoch_metrics,
+                                                    budgets=budgets.state(time.perf_counter() - started))
+            if last:
+                break
 
     # ---- tear down ---------------------------------------------------------------------------
     progress.close()

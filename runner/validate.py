@@ -15,7 +15,7 @@ from runner.dist import Dist
 from runner.loaders.dali_plan import checked_pipelines
 from runner.machine import processes_per_node, resolve_accelerator
 from runner.models import check_model
-from runner.optim import OPTIMIZERS, SCHEDULES
+from runner.optim import SCHEDULES, check_optimizer
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,15 @@ def check_names(loaded: LoadedExperiment) -> None:
     """Model, optimizer and scheduler names resolve through their registries."""
     cfg = loaded.config
     check_model(cfg.model, loaded.locate)
-    OPTIMIZERS.get(cfg.optimizer.name, **loaded.at("optimizer.name"))
+    check_optimizer(cfg.optimizer, cfg.model.name, loaded.at)
     SCHEDULES.get(cfg.scheduler.name, **loaded.at("scheduler.name"))
     if cfg.tracking.enabled:
         from runner.tracking import resolve_tracking_uri
 
         resolve_tracking_uri(cfg.tracking.uri, loaded.at("tracking.uri"))
+    from runner.loaders.epochs import check_epoch_plan
+
+    check_epoch_plan(loaded)
     if cfg.data.loader == "torchvision":
         from runner.loaders.transforms import check_transforms
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from timm.optim import list_optimizers
 
 from runner.machine import visible_gpus
 from tests.conftest import REPO, run_cli, write_image_folder
@@ -44,7 +45,7 @@ outputs: [images, labels]
 LAYOUT = "Expected an ImageFolder: ROOT/<class>/<image>.jpg, one folder per class with the images directly inside."
 KEYS = "Valid keys: name, description, seed, model, optimizer, scheduler, trainer, data, pipelines, tracking, launcher."
 OPTIMIZER_KEYS = ("Valid keys in optimizer: name, lr, lr_reference_batch, momentum, nesterov, weight_decay, betas, "
-                  "eps, no_decay_on_norm_and_bias.")
+                  "eps, no_decay_on_norm_and_bias, layer_decay, kwargs.")
 URI_FORMS = ("Use http(s)://host[:port][/path] (a tracking server), sqlite:///path/to/mlflow.db (sqlite:////abs/"
              "path.db for an absolute path), file:///path/to/dir or a plain directory path (a file store), "
              "postgresql://, mysql:// or mssql:// database URLs, or databricks[://profile].")
@@ -186,9 +187,11 @@ CASES = [
                   "mnasnet0_5, mnasnet0_75, mnasnet1_0, mnasnet1_3, mobilenet_v2, mobilenet_v3_large, "
                   "mobilenet_v3_small, regnet_x_16gf, regnet_x_1_6gf, regnet_x_32gf, regnet_x_3_2gf, regnet_x_400mf, "
                   "regnet_x_800mf, regnet_x_8gf, regnet_y_128gf, regnet_y_16gf, regnet_y_1_6gf, ... (80 in all)."),
-    Case("unknown optimizer", args=[*VALIDATE, "optimizer.name=adam"],
-         expected="command line 'optimizer.name=adam': optimizer.name: unknown optimizer 'adam'. Did you mean "
-                  "'adamw'? Valid optimizers: adamw, sgd."),
+    Case("unknown optimizer", args=[*VALIDATE, "optimizer.name=adamm"],
+         expected="command line 'optimizer.name=adamm': optimizer.name: unknown optimizer 'adamm'. Did you mean "
+                  f"'adam'? optimizer.name takes one of timm.optim's {len(list_optimizers())} optimizers, e.g. sgd, "
+                  "momentum, adamw, lamb, lars, lion, rmsproptf, adafactor; `runner optimizers` lists them all with "
+                  "what they are."),
     Case("unknown scheduler", exp=EXP + "scheduler: {name: cosin}\n",
          expected="experiments/exp.yaml:8: scheduler.name: unknown scheduler 'cosin'. Did you mean 'cosine'? Valid "
                   "schedulers: constant, cosine, onecycle, step."),
@@ -438,7 +441,7 @@ def test_underscore_discards_several_outputs(project, capsys):
 def test_a_list_item_can_be_overridden(project):
     from runner.config import load_experiment
 
-    (project / "experiments" / "exp.yaml").write_text(EXP)
+    (project / "experiments" / "exp.yaml").write_text(EXP + "optimizer: {name: adamw, betas: [0.9, 0.999]}\n")
     assert load_experiment("experiments/exp.yaml", ["optimizer.betas[0]=0.95"]).config.optimizer.betas == (0.95, 0.999)
 
 
@@ -1058,7 +1061,7 @@ def test_bad_mix_or_ema(case: Case, project, capsys, monkeypatch):
 
 # ---- model names and kwargs: timm's models (model.name: timm/<name>), torchvision's fixed and runner-set arguments
 TIMM_ONLY = ("experiments/exp.yaml:1: model.name: timm/resnet18 is one of timm's models, and timm is not installed. "
-             "Install runner's timm extra: pip install 'runner[timm]' (or pip install -e '.[timm]' from a checkout); "
+             "Install it: pip install 'timm>=1.0' (a dependency of runner); "
              "`runner models timm/` then lists its models.")
 MODEL_CASES = [
     Case("unknown timm model", exp=EXP.replace("resnet18", "timm/resnet50x"),
@@ -1150,7 +1153,7 @@ def test_without_timm_its_models_are_named_with_the_extra_that_brings_them(proje
     assert lines[0].startswith("80 models (") and sum(line.startswith("│") for line in lines) == 80
     assert "timm/" not in "".join(lines[1:-1])
     assert lines[-1] == ("timm's models (model.name: timm/<name>) are listed once timm is installed: pip install "
-                         "'runner[timm]' (or pip install -e '.[timm]' from a checkout).")
+                         "'timm>=1.0' (a dependency of runner).")
 
 
 # ==== weights: model.init and the checkpoints a run keeps =============================================

@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-COMMANDS = ["validate", "compile", "ops", "models", "data", "launch", "resume", "bench", "tune", "ui", "tracking",
-            "reproduce", "export", "compare", "sweep", "preview", "evaluate"]
+COMMANDS = ["validate", "compile", "ops", "models", "optimizers", "data", "launch", "resume", "bench", "tune", "ui",
+            "tracking", "reproduce", "export", "compare", "sweep", "preview", "evaluate"]
 
 
 def load_command(name: str) -> ModuleType:

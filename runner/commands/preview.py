@@ -14,6 +14,9 @@ def register(sub) -> None:
                    help="train (the batches training takes), eval, or train.hybrid (a hybrid's copy alone)")
     p.add_argument("-n", type=int, default=16, metavar="N", help="images to draw (default 16)")
     p.add_argument("-o", "--output", help="PNG file to write (default: EXPERIMENT_NAME-PIPELINE.png here)")
+    p.add_argument("--epoch", type=int, default=1, metavar="N",
+                   help="the train batches of epoch N (from 1, as training counts): its side on a resolution "
+                        "schedule, its order with data.repeats (default 1)")
     p.set_defaults(handler=run)
 
 
@@ -26,6 +29,9 @@ def check_arguments(args) -> None:
     if args.n < 1:
         raise RunnerError(f"{args.n} images: draw at least one (-n 16 draws sixteen).", file="command line",
                           where="-n")
+    if args.epoch < 1:
+        raise RunnerError(f"epoch {args.epoch}: epochs count from 1, as training prints them (--epoch 1 is the "
+                          "first).", file="command line", where="--epoch")
 
 
 def check_pipeline(v, pipeline: str) -> None:
@@ -62,7 +68,12 @@ def run(args) -> int:
     label_notes(v)
     ensure_data(v)
     v = checked_with_data(v)
-    png, drawn = preview_png(v, args.pipeline, args.n)
+    from runner.preview import epoch_side
+
+    side = epoch_side(v, args.pipeline, args.epoch)
+    if side is not None:
+        console.out.print(side, markup=False, highlight=False)
+    png, drawn = preview_png(v, args.pipeline, args.n, args.epoch)
     write_bytes_atomic(output, png)
     short = f" (its epoch on rank 0 has {drawn})" if drawn < args.n else ""
     console.err.print(f"wrote {output}: {drawn} {args.pipeline} images{short}", markup=False, highlight=False)

@@ -208,7 +208,7 @@ def _check_training_partners(cfg: Experiment, locate: Callable[[str], tuple[Any,
         raise _error(locate, "trainer.compile_mode", f"'{t.compile_mode}' is set but trainer.compile is false, so the "
                                                      "model would run without torch.compile; set trainer.compile=true, "
                                                      "or remove trainer.compile_mode.")
-    if o.name == "sgd" and o.nesterov and o.momentum == 0:
+    if o.nesterov and o.momentum == 0:
         raise _error(locate, "optimizer.nesterov", "true needs momentum, but optimizer.momentum is 0 (torch's SGD "
                                                    "refuses Nesterov momentum without it); set optimizer.momentum "
                                                    "above 0, e.g. 0.9, or nesterov=false.")
@@ -229,6 +229,9 @@ def _check_weights(cfg: Experiment, locate: Callable[[str], tuple[Any, int | Non
                                                   "file (.pt, .pth, .safetensors), a run id, latest:EXPERIMENT or "
                                                   "torchvision; or remove model.init for a fresh random init.",
                           file=file, line=line, where="model.init.source")
+    for key, budget in (("trainer.stop_at", t.stop_at), ("trainer.time_to", t.time_to)):
+        if budget is not None:
+            _check_budget(budget, key, t, locate)
     best = t.checkpoint_best
     if best is None:
         return
@@ -244,6 +247,23 @@ def _check_weights(cfg: Experiment, locate: Callable[[str], tuple[Any, int | Non
 
 
 BEST_METRICS = ("eval/top1", "eval/top5", "eval/loss")
+
+
+def _check_budget(budget, key: str, t, locate: Callable[[str], tuple[Any, int | None]]) -> None:
+    """trainer.stop_at and trainer.time_to watch an evaluation metric, which must be measured."""
+    if not EPOCH_METRIC.fullmatch(budget.metric):
+        raise _error(locate, f"{key}.metric", f"'{budget.metric}' is not an evaluation metric."
+                                              f"{did_you_mean(budget.metric, BEST_METRICS)} It is read after each "
+                                              "evaluation: eval/top1, eval/top5, eval/loss, or the same of another "
+                                              "eval split or the EMA model (eval_NAME/top1, eval_ema/top1, ...).")
+    values = [budget.value] if key.endswith("stop_at") else budget.values
+    if not values or values[0] is None:
+        what = "value: the metric's value to stop at, e.g. value: 0.75 for 75% top-1" if key.endswith("stop_at") \
+            else "values: the metric's values to time, e.g. values: [0.5, 0.7, 0.75]"
+        raise _error(locate, key, f"needs {what}.")
+    if t.eval_every_n_epochs == 0:
+        raise _error(locate, key, f"needs an evaluation, but trainer.eval_every_n_epochs is 0, so {budget.metric} is "
+                                  f"never measured; set eval_every_n_epochs to 1 or more, or remove {key}.")
 
 
 def schedule_notes(cfg: Experiment) -> list[str]:

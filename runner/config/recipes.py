@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runner.config.sections import EmaConfig, Experiment, MixConfig
+from runner.config.sections import EmaConfig, Experiment, LossConfig, MixConfig
 from runner.errors import ConfigError
 
 Locate = Callable[[str], tuple[Any, int | None]]
@@ -20,6 +20,18 @@ def check_recipes(cfg: Experiment, locate: Locate) -> None:
         check_mix(cfg.pipelines.train.mix, "pipelines.train.mix", locate)
     if cfg.trainer.ema is not None:
         check_ema(cfg.trainer.ema, "trainer.ema", locate)
+    check_loss(cfg.trainer.loss, "trainer.loss", locate)
+
+
+def check_loss(loss: LossConfig, key: str, locate: Locate) -> None:
+    if loss.name == "bce":
+        return
+    default = LossConfig()
+    for name in ("target_threshold", "sum_classes", "pos_weight"):
+        if getattr(loss, name) != getattr(default, name):
+            raise _error(locate, f"{key}.{name}", f"{getattr(loss, name)} is a setting of the binary cross entropy, but "
+                                                  f"{key}.name is {loss.name}; set {key}.name=bce, or remove "
+                                                  f"{key}.{name}.")
 
 
 def check_mix(m: MixConfig, key: str, locate: Locate) -> None:

@@ -38,15 +38,20 @@ class ModelConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
-    name: str = "sgd"                           # sgd | adamw
+    """An optimizer from timm.optim's factory (create_optimizer_v2), the torch one where torch has it."""
+    name: str = "sgd"                           # sgd, adamw, lamb, lars, ...: `runner optimizers` lists them
     lr: float = bounded(0.1, gt=0)              # for a global batch of `lr_reference_batch`
     lr_reference_batch: int | None = bounded(None, ge=1)  # linear scaling rule; null: lr as written
-    momentum: float = bounded(0.9, ge=0, lt=1)
-    nesterov: bool = False
+    momentum: float = bounded(0.9, ge=0, lt=1)  # optimizers with momentum (sgd, lars, ...)
+    nesterov: bool = False                      # optimizers that take it (sgd, lars); true: Nesterov momentum
     weight_decay: float = bounded(1e-4, ge=0)
-    betas: tuple[float, float] = bounded((0.9, 0.999), ge=0, lt=1)  # adamw
-    eps: float = bounded(1e-8, gt=0)
-    no_decay_on_norm_and_bias: bool = True      # the usual ResNet recipe: no decay on BN and biases
+    betas: tuple[float, float] | None = bounded(None, ge=0, lt=1)  # adam-like optimizers; null: the optimizer's own
+    eps: float | None = bounded(None, gt=0)     # null: the optimizer's own (1e-8 for adamw, 1e-6 for lamb)
+    no_decay_on_norm_and_bias: bool = True      # no weight decay on 1-d parameters: norm scales and biases
+    # layer-wise lr decay: the lr of the k-th layer group from the head is lr x layer_decay**k (timm models only)
+    layer_decay: float | None = bounded(None, gt=0, le=1)
+    # more keyword arguments of the optimizer's constructor, checked against it, e.g. {trust_clip: true} for lamb
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,15 +79,45 @@ class EmaConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LossConfig:
+    """The training loss; trainer.label_smoothing smooths its one-hot targets (mixed targets come smoothed). eval/loss
+    is the cross entropy under either, so runs trained with either compare."""
+    name: Literal["cross_entropy", "bce"] = "cross_entropy"  # bce: timm's BinaryCrossEntropy, a sigmoid per class
+    # bce: targets above this become 1 and the rest 0, after smoothing and mixing (timm --bce-target-thresh); null: none
+    target_threshold: float | None = bounded(None, ge=0, lt=1)
+    sum_classes: bool = False                   # bce: sum over classes before the batch mean (timm --bce-sum)
+    pos_weight: float | None = bounded(None, gt=0)  # bce: weight of the positive term (timm --bce-pos-weight)
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckpointBestConfig:
     metric: str = "eval/top1"                   # an epoch metric: eval/top1, eval/top5, eval/loss, eval_NAME/...
     mode: Literal["max", "min"] = "max"         # max: higher is better (accuracy); min: lower (a loss)
 
 
 @dataclass(frozen=True, kw_only=True)
+class StopAtConfig:
+    """Stop training once an evaluation reaches a value (a time-to-accuracy budget); the run ends FINISHED."""
+    metric: str = "eval/top1"                   # an epoch metric: eval/top1, eval_ema/top1, eval/loss, ...
+    value: float | None = None                  # e.g. 0.75 for 75% top-1
+    mode: Literal["max", "min"] = "max"         # max: reached at metric >= value (accuracy); min: at <= value (a loss)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeToConfig:
+    """Wall seconds and epochs until an evaluation first reaches each value, logged as time_to/METRIC/VALUE/seconds
+    and .../epochs (shown by runner compare)."""
+    metric: str = "eval/top1"
+    values: list[float] = field(default_factory=list)  # e.g. [0.5, 0.7, 0.75]
+    mode: Literal["max", "min"] = "max"
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainerConfig:
     epochs: int = bounded(1, ge=1)
     max_steps: int | None = bounded(None, ge=1)  # stop after this many optimizer steps in all
+    stop_at: StopAtConfig | None = None         # stop once an evaluation reaches a value
+    time_to: TimeToConfig | None = None         # seconds and epochs to each value of an evaluation metric
     # images per optimizer step over all processes: a whole multiple of data.batch_size x processes, the rest
     # made up by accumulating gradients over that many batches per process (null: data.batch_size x processes)
     global_batch_size: int | None = bounded(None, ge=1)
@@ -98,10 +133,13 @@ class TrainerConfig:
     # both wait for the GPU's multiprocessors; the kernels and their order, so the results, are the same
     stream_priority: Literal["default", "high"] = "default"
     label_smoothing: float = bounded(0.0, ge=0, lt=1)
+    loss: LossConfig = field(default_factory=LossConfig)
     grad_clip_norm: float | None = bounded(None, gt=0)
     ema: EmaConfig | None = None                # an average of the weights, evaluated beside them (eval_ema/*)
     log_every_n_steps: int = bounded(20, ge=1)
     eval_every_n_epochs: int = bounded(1, ge=0)       # 0: no evaluation
+    # test-time augmentation at every evaluation: flip, each image also mirrored and the two logits averaged
+    eval_tta: Literal["none", "flip"] = "none"
     checkpoint_every_n_epochs: int = bounded(1, ge=0)  # 0: only at the end (and on a stop signal)
     checkpoint_dir: str = "checkpoints"
     # the checkpoint kept as "best", by an epoch metric (eval/top1, eval/loss, ...); null: keep only the latest
@@ -163,6 +201,9 @@ class DataConfig:
     dali_nice: int = bounded(0, ge=0, le=19)
     image_size: int = bounded(224, ge=8)        # synthetic loader's images
     skip_bad_files: bool = True                 # leave out files listed by `runner data check` (DALI loader)
+    # repeated augmentation (timm's RepeatAugSampler, --aug-repeats): each train image this many times an epoch, its
+    # copies on different processes, an epoch as long as without (so it sees 1/repeats of the images); 1: off
+    repeats: int = bounded(1, ge=1)
     synth: SynthConfig = field(default_factory=SynthConfig)
     torchvision: TorchvisionConfig = field(default_factory=TorchvisionConfig)
 
@@ -198,6 +239,19 @@ class MixConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResolutionConfig:
+    """Progressive resizing as FFCV's ResNet recipes do it: the train pipeline's `param` (its output side) is `min` up
+    to epoch `start_epoch`, `max` from `end_epoch`, and in between the straight line from one to the other rounded to
+    a multiple of `multiple`; epochs count from 0, as FFCV's do (docs/recipes.md)."""
+    param: str = "size"                         # the train pipeline's param that sets its output side, in px
+    min: int = bounded(160, ge=8)               # FFCV resolution.min_res
+    max: int = bounded(192, ge=8)               # FFCV resolution.max_res
+    start_epoch: int = bounded(0, ge=0)         # FFCV resolution.start_ramp
+    end_epoch: int = bounded(1, ge=1)           # FFCV resolution.end_ramp
+    multiple: int = bounded(32, ge=1)           # sides in between are rounded to a multiple of this
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """A pipeline graph: a file from pipelines/ (`use`) with `params` overridden, or inline steps."""
     use: str | None = None
@@ -207,6 +261,7 @@ class PipelineConfig:
     description: str = ""
     hybrid: HybridConfig | None = None          # train only
     mix: MixConfig | None = None                # train only: mixup / cutmix of each batch
+    resolution: ResolutionConfig | None = None  # train only: the output side as a schedule over the epochs
 
 
 @dataclass(frozen=True, kw_only=True)

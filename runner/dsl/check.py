@@ -52,8 +52,9 @@ def _number(x: Any) -> bool:
 
 class _Checker:
     def __init__(self, graph: Graph, catalog: Catalog, target: str, rank: int, world: int, seed: int,
-                 file_list: str | None = None):
+                 file_list: str | None = None, own_order: bool = False):
         self.g, self.cat, self.target, self.file_list = graph, catalog, target, file_list
+        self.own_order = own_order
         self.rank, self.world, self.seed = rank, world, seed
         self.live: dict[str, tuple[int, bool]] = {}  # name -> (defining step, on GPU)
         self.used: set[tuple[str, int]] = set()
@@ -333,6 +334,12 @@ class _Checker:
                 and not ({"files", "file_list"} & set(given)):
             out.append(("file_list", Lit(self.file_list)))  # the split without its skip-listed files
             added.append("file_list")
+        if self.own_order:  # the file list is this rank's epoch in order (data.repeats): read it as it is
+            out[:] = [(k, v) for k, v in out if k not in ("random_shuffle", "shuffle_after_epoch", "stick_to_shard")]
+            fixed = [k for k in ("random_shuffle", "shuffle_after_epoch") if k in op.args]
+            out += [(k, Lit(False)) for k in fixed]
+            added += fixed
+            given = dict(out)
         shuffles = isinstance(given.get("shuffle_after_epoch"), Lit) and given["shuffle_after_epoch"].value
         if shuffles and "shuffle_after_epoch_seed" in op.args and "shuffle_after_epoch_seed" not in given:
             # the experiment's seed picks the permutation; every rank draws the same one, so shards stay disjoint
@@ -523,10 +530,11 @@ def _names_used(call: Value) -> list[str]:
 
 
 def check_graph(graph: Graph, *, target: str = "gpu", rank: int = 0, world: int = 1, seed: int = 0,
-                catalog: Catalog | None = None, file_list: str | None = None) -> CheckedGraph:
+                catalog: Catalog | None = None, file_list: str | None = None, own_order: bool = False) -> CheckedGraph:
     """Check `graph` against DALI's schemas, placed for `target` and sharded for `rank` of `world`.
 
-    `file_list`, when given, replaces the reader's own scan of `file_root` (see data.skips)."""
+    `file_list`, when given, replaces the reader's own scan of `file_root` (see data.skips); with `own_order` it is
+    the rank's files in the order to read them (data.repeats), with rank 0 of 1 and the reader's shuffles off."""
     if target not in ("cpu", "gpu"):
         raise ValueError(target)
-    return _Checker(graph, catalog or load_catalog(), target, rank, world, seed, file_list).run()
+    return _Checker(graph, catalog or load_catalog(), target, rank, world, seed, file_list, own_order).run()

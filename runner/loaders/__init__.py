@@ -36,14 +36,13 @@ def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bo
     may make any output, e.g. uint8 images before normalization."""
     cfg = v.config
     if cfg.data.loader == "dali":
-        from runner.loaders.dali import DaliLoader
-        from runner.loaders.dali_plan import checked_pipelines
+        from runner.loaders.epochs import EpochLoader, epoch_key, epoch_view, scheduled
 
-        graphs = checked_pipelines(v.loaded, d, roles=(role,))
-        if role not in graphs:
-            return None
-        return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, at=v.loaded.at,
-                                 state=state, checkpointing=checkpointing, feeds_model=feeds_model)
+        if role == "train" and scheduled(cfg):  # a pipeline per epoch: its side, its file list
+            def build(epoch: int, epoch_state: Any):
+                return _dali_loader(epoch_view(v, epoch), role, d, epoch_state, checkpointing, feeds_model, epoch)
+            return EpochLoader(build, lambda epoch: epoch_key(cfg, epoch), state)
+        return _dali_loader(v, role, d, state, checkpointing, feeds_model)
     if cfg.data.loader == "torchvision":
         from runner.loaders.folder import FolderLoader
 
@@ -51,3 +50,17 @@ def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bo
     from runner.loaders.synthetic import SyntheticLoader
 
     return SyntheticLoader.create(v, role, d)
+
+
+def _dali_loader(v, role: str, d: Dist, state: Any, checkpointing: bool, feeds_model: bool,
+                 epoch: int | None = None):
+    from runner.loaders.dali import DaliLoader
+    from runner.loaders.dali_plan import checked_pipelines
+
+    cfg = v.config
+    graphs = checked_pipelines(v.loaded, d, roles=(role,), epoch=epoch)
+    if role not in graphs:
+        return None
+    return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, at=v.loaded.at,
+                             state=state, checkpointing=checkpointing, feeds_model=feeds_model,
+                             sharded=not (role == "train" and epoch is not None and cfg.data.repeats > 1))

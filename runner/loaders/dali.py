@@ -32,8 +32,10 @@ class DaliLoader:
     concatenated: [base part | copy part]."""
 
     def __init__(self, iterators: list, role: str, totals: list[int], batches: list[int], target: Dist,
-                 folder=None, parts: list[str] | None = None, graphs: list | None = None, feeds_model: bool = True):
-        """`totals`: the samples each reader lists, over all shards (its epoch_size); `parts`: the pipelines' names;
+                 folder=None, parts: list[str] | None = None, graphs: list | None = None, feeds_model: bool = True,
+                 sharded: bool = True):
+        """`totals`: the samples each reader lists, over all shards (its epoch_size), or this rank's alone when not
+        `sharded` (a file list of its own, data.repeats); `parts`: the pipelines' names;
         `graphs`: their parsed graphs (runner.dsl.graph.Graph), which errors about their outputs point at;
         `feeds_model`: the images go to a model, so they must be floating point (N, C, H, W) (check_model_images)."""
         self.its, self.role, self.device, self.folder = iterators, role, target.device, folder
@@ -41,7 +43,7 @@ class DaliLoader:
         self.graphs = graphs or [None] * len(iterators)
         self.feeds_model = feeds_model
         self.wait_s = [0.0] * len(iterators)  # seconds next() blocked on each pipeline, in all
-        world, rank = target.world, target.rank
+        world, rank = (target.world, target.rank) if sharded else (1, 0)
         if sum(totals) == 0:
             raise DataError(f"the {role} pipeline's reader found no files.")
         # DALI's shard r holds samples [floor(N*r/W), floor(N*(r+1)/W)): sizes differ by at most one
@@ -58,7 +60,7 @@ class DaliLoader:
     def create(cls, data: DataConfig, pipelines: PipelinesConfig, graphs: dict, role: str, target: Dist, *,
                seed: int, at: Callable[[str], dict], state: Any = None,
                checkpointing: bool = False, parts: tuple[str, ...] | None = None,
-               feeds_model: bool = True) -> DaliLoader:
+               feeds_model: bool = True, sharded: bool = True) -> DaliLoader:
         """`graphs`: the role's checked graphs (dali_plan.checked_pipelines), with a hybrid's copy under HYBRID;
         `at`: the error location of an experiment key (LoadedExperiment.at), for errors about data keys;
         `parts`: the pipelines to build (default: the role's, and a hybrid's copy), e.g. (HYBRID,) for the copy alone;
@@ -74,7 +76,8 @@ class DaliLoader:
                 args = dataclasses.replace(args, checkpoint=part_state)
             built.append(_iterator(data, graphs[part], args, target, folder, at))
         return cls([it for it, _, _ in built], role, [t for _, t, _ in built], [b for _, _, b in built], target,
-                   folder=folder, parts=parts, graphs=[graphs[part].graph for part in parts], feeds_model=feeds_model)
+                   folder=folder, parts=parts, graphs=[graphs[part].graph for part in parts], feeds_model=feeds_model,
+                   sharded=sharded)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:

@@ -40,13 +40,14 @@ def hybrid_copy(source: PipelineSource) -> PipelineSource:
                                explicit_params=source.explicit_params | frozenset(changed))
 
 
-def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, ...] | None = None) -> dict:
+def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, ...] | None = None,
+                      epoch: int | None = None) -> dict:
     """role -> CheckedGraph for the experiment's pipelines (all of them, or `roles`); a hybrid train pipeline
-    adds its copy under HYBRID."""
+    adds its copy under HYBRID. With `epoch` and data.repeats, the train reader reads that epoch's own file list."""
     from runner.dsl.check import check_graph
     from runner.dsl.parse import parse_pipeline
 
-    graphs = {}
+    graphs: dict = {}
     place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
     labels = train_label_map(loaded)
     for role, source in loaded.pipelines.items():
@@ -56,7 +57,13 @@ def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, 
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
         checked = _check_shape(check_graph(graph, target="gpu", **place), role)
         if source.hybrid is None:
-            graphs[role] = _placed(graph, checked, target, reader_file_list(loaded, role, checked, labels), place)
+            files = reader_file_list(loaded, role, checked, labels)
+            if role == "train" and epoch is not None and loaded.config.data.repeats > 1:
+                files = repeat_file_list(loaded, files, target, epoch)
+                graphs[role] = check_graph(graph, target=target.accelerator, file_list=files, own_order=True,
+                                           **{**place, "rank": 0, "world": 1})
+                continue
+            graphs[role] = _placed(graph, checked, target, files, place)
             continue
         copy = parse_pipeline(bind_params(hybrid_copy(source), loaded.config.data))
         copy_checked = _check_shape(check_graph(copy, target="gpu", **place), role)
@@ -172,6 +179,31 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
     path, _ = labelled_file_list(scan, labels, keep_skipped=not loaded.config.data.skip_bad_files,
                                  at=loaded.at("data.root"))
     return str(path)
+
+
+def repeat_file_list(loaded: LoadedExperiment, files: str | None, target: Dist, epoch: int) -> str:
+    """This rank's file list of `epoch` under data.repeats, in the order to read it (loaders.epochs.repeat_indices
+    over the labelled split `files`). The lists this process wrote for its other epochs are removed: DALI reads a
+    list when it builds the reader, and ImageNet's are megabytes each."""
+    import os
+
+    from runner.data.skips import write_file_list
+    from runner.loaders.epochs import repeat_indices
+
+    if files is None:
+        raise ConfigError("repeated augmentation deals the train split's files to the processes each epoch, so the "
+                          "train pipeline's reader must be readers.file(file_root=$data_root) without files or "
+                          "file_list, over a split that exists.", **loaded.at("data.repeats"))
+    entries = [line.rsplit(" ", 1) for line in Path(files).read_bytes().decode("utf-8", "surrogateescape").splitlines()]
+    cfg = loaded.config
+    order = repeat_indices(len(entries), cfg.data.repeats, target.rank, target.world, cfg.seed, epoch)
+    tag = f"repeats-p{os.getpid()}-r{target.rank}"
+    out = write_file_list(split_dir(cfg.data, "train"), [(entries[i][0], int(entries[i][1])) for i in order],
+                          f"{tag}-e{epoch}")
+    for old in out.parent.glob(f"*-{tag}-e*"):
+        if old != out:
+            old.unlink(missing_ok=True)
+    return str(out)
 
 
 def dali_threads(data: DataConfig, target: Dist) -> int:

@@ -13,6 +13,7 @@ from runner.data.paths import split_dir
 from runner.data.splits import train_label_map
 from runner.dist import Dist
 from runner.errors import DataError, display_path
+from runner.loaders.epochs import repeat_indices
 from runner.machine import cpu_cores
 
 
@@ -93,13 +94,18 @@ class _ShardSampler(Sampler):
     """This rank's slice of a per-epoch permutation shared by all ranks (train), or a plain slice (eval), as
     (index, seed) pairs for SeededSamples."""
 
-    def __init__(self, n: int, target: Dist, seed: int, shuffle: bool, batch: int, drop_last: bool):
-        self.n, self.target, self.seed, self.shuffle = n, target, seed, shuffle
+    def __init__(self, n: int, target: Dist, seed: int, shuffle: bool, batch: int, drop_last: bool, repeats: int = 1):
+        self.n, self.target, self.seed, self.shuffle, self.repeats = n, target, seed, shuffle, repeats
         per_rank = n // target.world if drop_last else -(-n // target.world)
+        if repeats > 1:  # timm's RepeatAugSampler's epoch: as many samples per rank as without repeats
+            per_rank = len(repeat_indices(n, repeats, target.rank, target.world, seed, 0))
         self.length = (per_rank // batch) * batch if drop_last else per_rank
         self.epoch, self.skip = 0, 0
 
     def indices(self) -> list[int]:
+        if self.repeats > 1:
+            return repeat_indices(self.n, self.repeats, self.target.rank, self.target.world, self.seed,
+                                  self.epoch)[:self.length]
         if self.shuffle:
             g = torch.Generator().manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.n, generator=g).tolist()
@@ -141,7 +147,7 @@ class FolderLoader:
             _skip_listed(dataset, root)
         batch = cfg.batch_size if role == "train" else (cfg.eval_batch_size or cfg.batch_size)
         sampler = _ShardSampler(len(dataset), target, v.config.seed, shuffle=role == "train", batch=batch,
-                                drop_last=role == "train")
+                                drop_last=role == "train", repeats=cfg.repeats if role == "train" else 1)
         if role == "train" and sampler.length == 0:
             raise DataError(f"the training set has {len(dataset)} images: fewer than one batch of {batch} per process.")
         # auto: the process's cores, less the training thread's, split between its reader slots

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.budgets import TIME_TO
 from runner.repro.groups import Group, differing_params
 from runner.repro.stats import SIGNIFICANT, Spread, p_text, spread, welch_p
 from runner.tracking.store import RunRecord, metric_history
@@ -45,15 +46,28 @@ class Compared:
     curves: dict[str, list[tuple[int, float]]]        # CURVES metric -> (step, value)
 
 
+def time_to_metric(key: str) -> Metric:
+    """time_to/eval/top1/0.75/seconds -> 'min to eval/top1 0.75' in minutes; .../epochs -> 'epochs to ...'."""
+    watched, _, unit = key.removeprefix(TIME_TO).rpartition("/")
+    metric, _, value = watched.rpartition("/")
+    if unit == "seconds":
+        return Metric(key, f"minutes to {metric} {value}", f"min to {value}", 1 / 60, 1, False)
+    return Metric(key, f"epochs to {metric} {value}", f"ep to {value}", 1, 0, False)
+
+
+def _is_time_to(key: str) -> bool:
+    return key.startswith(TIME_TO)
+
+
 def load_compared(runs: list[RunRecord]) -> list[Compared]:
     """The metric histories compare shows, for each run."""
     counts = Counter(r.name for r in runs)
     out = []
     for r in runs:
-        wanted = {m for m, *_ in CURVES} | set(LAST)
+        wanted = {m for m, *_ in CURVES} | set(LAST) | {k for k in r.metric_keys if _is_time_to(k)}
         history = {k: metric_history(r.uri, r.run_id, k) for k in wanted if k in r.metric_keys}
         out.append(Compared(run=r, label=r.name if counts[r.name] == 1 else f"{r.name} ({r.short})",
-                            last={k: h[-1][1] for k, h in history.items() if h and k in LAST},
+                            last={k: h[-1][1] for k, h in history.items() if h and (k in LAST or _is_time_to(k))},
                             curves={m: history.get(m, []) for m, *_ in CURVES}))
     return out
 
@@ -68,8 +82,12 @@ def duration(seconds: float | None) -> str:
 
 
 def shown_metrics(groups: Sequence[Group]) -> list[Metric]:
+    """GROUP_METRICS the runs logged (or always shown), then the time-to metrics of trainer.time_to: a run that
+    never reached a value has none, shows '-' and is left out of that row's n."""
     logged = {k for g in groups for c in g.members for k in c.last}
-    return [m for m in GROUP_METRICS if m.always or m.key in logged]
+    timed = sorted((k for k in logged if _is_time_to(k)),
+                   key=lambda k: (k.rsplit("/", 2)[0], float(k.rsplit("/", 2)[1]), k.endswith("epochs")))
+    return [m for m in GROUP_METRICS if m.always or m.key in logged] + [time_to_metric(k) for k in timed]
 
 
 def legend(groups: Sequence[Group]) -> list[str]:

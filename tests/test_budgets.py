@@ -1,0 +1,102 @@
+"""trainer.stop_at, trainer.time_to and trainer.eval_tta: the budget's bookkeeping, a CPU launch that stops at its
+target and logs the time-to metrics (shown by runner compare), a resume that keeps the clock, flip TTA, errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from runner.budgets import Budgets, time_to_key
+from runner.config.sections import StopAtConfig, TimeToConfig, TrainerConfig
+from runner.train import predict
+from tests.conftest import run_cli, write_image_folder
+from tests.test_config import write
+
+
+def test_time_to_each_value_once_and_the_stop():
+    tc = TrainerConfig(stop_at=StopAtConfig(value=0.7), time_to=TimeToConfig(values=[0.5, 0.6, 0.7]))
+    b = Budgets(tc)
+    assert b.after_evaluation({"eval/top1": 0.4}, epoch=1, seconds=10.0) == ({}, None)
+    got, why = b.after_evaluation({"eval/top1": 0.62}, epoch=2, seconds=20.0)
+    assert got == {"time_to/eval/top1/0.5/seconds": 20.0, "time_to/eval/top1/0.5/epochs": 2.0,
+                   "time_to/eval/top1/0.6/seconds": 20.0, "time_to/eval/top1/0.6/epochs": 2.0} and why is None
+    resumed = Budgets(tc, b.state(25.0))  # a resume: 25 s before it, the values reached so far
+    got, why = resumed.after_evaluation({"eval/top1": 0.71}, epoch=3, seconds=5.0)
+    assert got == {"time_to/eval/top1/0.7/seconds": 30.0, "time_to/eval/top1/0.7/epochs": 3.0}
+    assert why == "eval/top1 0.71 >= 0.7 at epoch 3 (trainer.stop_at)"
+    loss = Budgets(TrainerConfig(stop_at=StopAtConfig(metric="eval/loss", value=1.0, mode="min")))
+    assert loss.after_evaluation({"eval/loss": 1.2}, epoch=1, seconds=1)[1] is None
+    assert loss.after_evaluation({"eval/loss": 0.9}, epoch=2, seconds=2)[1] == \
+        "eval/loss 0.9 <= 1 at epoch 2 (trainer.stop_at)"
+
+
+def test_flip_tta_averages_the_mirrored_logits():
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 5, 6))
+    images = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(predict(net, images), net(images))
+    assert torch.allclose(predict(net, images, "flip"), (net(images) + net(images.flip(3))) / 2)
+    assert not torch.allclose(predict(net, images, "flip"), net(images))  # the mirror changes this net's logits
+
+
+EXPERIMENT = """\
+name: budget
+seed: 3
+model: {name: resnet18, num_classes: 3}
+optimizer: {name: lamb, lr: 0.005, weight_decay: 0.02}
+trainer:
+  epochs: 4
+  log_every_n_steps: 2
+  loss: {name: bce, target_threshold: 0.2}
+  eval_tta: flip
+  stop_at: {metric: eval/top1, value: 0.0}
+  time_to: {metric: eval/top1, values: [0.0, 1.5]}
+data: {root: data, batch_size: 4}
+pipelines:
+  train: {use: imagenet_train, params: {size: 32}}
+  eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36}}
+tracking: {experiment: budget}
+"""
+
+
+@pytest.mark.slow
+def test_a_launch_stops_at_its_target_and_compare_shows_the_time(project, capsys):
+    write(project, EXPERIMENT, "budget.yaml")
+    write_image_folder(project / "data" / "train", classes=3, per_class=8, seed=1)
+    write_image_folder(project / "data" / "val", classes=3, per_class=3, seed=2)
+    code, out, err = run_cli(["launch", "experiments/budget.yaml"], capsys)
+    assert code == 0, err
+    assert "stopped: eval/top1 " in out and ">= 0 at epoch 1 (trainer.stop_at)" in out
+    client = MlflowClient("sqlite:///mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("budget").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["runner.stopped_at"].endswith("at epoch 1 (trainer.stop_at)")
+    epochs = client.get_metric_history(run.info.run_id, "eval/top1")
+    assert [m.step for m in epochs] == [1]  # stopped after the first of 4 epochs
+    assert run.data.metrics[time_to_key("eval/top1", 0.0, "epochs")] == 1.0
+    assert 0 < run.data.metrics[time_to_key("eval/top1", 0.0, "seconds")] < 600
+    assert time_to_key("eval/top1", 1.5, "epochs") not in run.data.metrics  # never reached
+    assert run.data.params["trainer.loss.name"] == "bce" and run.data.params["optimizer.name"] == "lamb"
+    code, out, err = run_cli(["compare", run.info.run_id, "--out", "cmp"], capsys)
+    assert code == 0, err
+    assert "min to 0" in out and "ep to 0" in out
+    assert "| epochs to eval/top1 0 | A | 1 | 1 | - | 1 – 1 |" in (project / "cmp" / "compare.md").read_text()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("trainer.stop_at={metric: eval/top1}", "command line 'trainer.stop_at={metric: eval/top1}': trainer.stop_at: "
+                                            "needs value: the metric's value to stop at, e.g. value: 0.75 for 75% "
+                                            "top-1."),
+    ("trainer.time_to={metric: train/top1, values: [0.5]}", "command line 'trainer.time_to={metric: train/top1, "
+                                                            "values: [0.5]}': trainer.time_to.metric: 'train/top1' is "
+                                                            "not an evaluation metric. Did you mean 'eval/top1'? It is "
+                                                            "read after each evaluation: eval/top1, eval/top5, "
+                                                            "eval/loss, or the same of another eval split or the EMA "
+                                                            "model (eval_NAME/top1, eval_ema/top1, ...)."),
+])
+def test_bad_budgets(project, text, expected):
+    from runner.config import load_experiment
+    from runner.errors import ConfigError
+
+    path = write(project, "pipelines: {train: {use: imagenet_train}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_experiment(path, [text])
+    assert str(e.value) == expected

@@ -1,0 +1,178 @@
+"""pipelines.train.resolution and data.repeats: FFCV's resolution ramp value for value, timm's RepeatAugSampler
+deal, the DALI train pipeline rebuilt per epoch at that side and in that order, the torchvision sampler, a CPU
+launch that logs each epoch's side and resumes mid-ramp bit for bit, and the errors."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from runner.config.sections import ResolutionConfig
+from runner.dist import Dist
+from runner.loaders.epochs import repeat_indices, resolution_at
+from tests.conftest import REPO, run_cli, write_image_folder
+from tests.test_config import write
+
+
+def ffcv_get_resolution(epoch, min_res, max_res, end_ramp, start_ramp):
+    """ffcv-imagenet's train_imagenet.py ImageNetTrainer.get_resolution, as published."""
+    assert min_res <= max_res
+    if epoch <= start_ramp:
+        return min_res
+    if epoch >= end_ramp:
+        return max_res
+    interp = np.interp([epoch], [start_ramp, end_ramp], [min_res, max_res])
+    return int(np.round(interp[0] / 32)) * 32
+
+
+@pytest.mark.parametrize("low,high,start,end", [(160, 192, 65, 76), (160, 192, 11, 13), (160, 171, 2, 14),
+                                                (128, 256, 0, 40)])
+def test_the_ramp_is_ffcvs(low, high, start, end):
+    r = ResolutionConfig(min=low, max=high, start_epoch=start, end_epoch=end)
+    for epoch in range(0, end + 5):
+        assert resolution_at(r, epoch) == ffcv_get_resolution(epoch, low, high, end, start), epoch
+
+
+def test_repeats_deal_copies_to_different_ranks_with_an_epochs_length():
+    n, k, world = 24, 3, 4
+    ranks = [repeat_indices(n, k, r, world, seed=5, epoch=2) for r in range(world)]
+    assert [len(r) for r in ranks] == [6] * world  # n / world each: an epoch as long as without repeats
+    dealt = [ranks[i % world][i // world] for i in range(n)]  # the round-robin deal, undone
+    firsts = dealt[::k]
+    assert dealt == [i for i in firsts for _ in range(k)]  # k copies in a row of one shuffled order
+    assert all(len({(j + c) % world for c in range(k)}) == k for j in range(0, n, k))  # copies on k ranks
+    assert repeat_indices(n, k, 0, world, seed=5, epoch=3) != ranks[0]  # another order each epoch
+    assert repeat_indices(n, k, 0, world, seed=6, epoch=2) != ranks[0]  # and each seed
+
+
+EXPERIMENT = """\
+name: ramp
+seed: 2
+model: {name: resnet18, num_classes: 3}
+optimizer: {lr: 0.02}
+trainer: {epochs: 4, log_every_n_steps: 1, deterministic: true, eval_tta: flip}
+data: {root: data, batch_size: 4, repeats: 2}
+pipelines:
+  train:
+    use: imagenet_train
+    resolution: {min: 32, max: 64, start_epoch: 0, end_epoch: 3, multiple: 16}
+  eval: {use: imagenet_eval, params: {size: 40, resize_shorter: 44}}
+tracking: {experiment: ramp}
+"""
+
+
+@pytest.fixture
+def ramp(project) -> Path:
+    write(project, EXPERIMENT, "ramp.yaml")
+    write_image_folder(project / "data" / "train", classes=3, per_class=8, seed=1)
+    write_image_folder(project / "data" / "val", classes=3, per_class=3, seed=2)
+    return project
+
+
+def test_each_epoch_reads_its_side_and_its_own_order(ramp):
+    from runner.accumulate import create_train_loader
+    from runner.data.splits import train_label_map
+    from runner.validate import validate
+
+    v = validate("experiments/ramp.yaml", ["data.num_threads=1"])
+    world = 2
+    loaders = [create_train_loader(v, Dist(rank=r, world=world), 1) for r in range(world)]
+    labels = train_label_map(v.loaded)
+    names = sorted(p.relative_to(ramp / "data" / "train").as_posix() for p in (ramp / "data" / "train").rglob("*.jpg"))
+    for epoch, side in enumerate([32, 48, 48, 64]):
+        for rank, loader in enumerate(loaders):
+            loader.set_epoch(epoch)
+            got = [(mb.images.shape[-1], mb.labels.tolist()) for (mb,) in loader.epoch()]
+            assert {s for s, _ in got} == {side}
+            order = repeat_indices(len(names), 2, rank, world, seed=2, epoch=epoch)
+            expected = [labels.index[names[i].split("/")[0]] for i in order]
+            assert [x for _, batch in got for x in batch] == expected[:len(got) * 4], (epoch, rank)
+    for loader in loaders:
+        loader.close()
+
+
+def test_the_torchvision_loader_deals_the_same_repeats(ramp):
+    from runner.accumulate import create_train_loader
+    from runner.validate import validate
+
+    v = validate("experiments/ramp.yaml", ["data.loader=torchvision", "~pipelines.train.resolution",
+                                           "data.torchvision.num_workers=0"])
+    loader = create_train_loader(v, Dist(rank=1, world=2), 1)
+    assert loader.loaders[0].sampler.indices() == repeat_indices(24, 2, 1, 2, seed=2, epoch=0)[:12]
+    assert loader.steps_per_epoch == 3
+
+
+def runner_process(workdir: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.Popen([sys.executable, "-u", "-m", "runner", *args], cwd=workdir, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def finished(proc: subprocess.Popen, code: int = 0) -> str:
+    out = proc.stdout.read()
+    assert proc.wait(timeout=600) == code, out[-3000:]
+    return out
+
+
+def histories(workdir: Path, run_name: str, keys=("train/loss", "train/top1", "eval/loss", "epoch/train_resolution")):
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    exp = client.get_experiment_by_name("ramp")
+    run = next(r for r in client.search_runs([exp.experiment_id]) if r.info.run_name == run_name)
+    return run, {k: {m.step: m.value.hex() for m in client.get_metric_history(run.info.run_id, k)} for k in keys}
+
+
+@pytest.mark.slow
+def test_a_launch_logs_each_epochs_side_and_resumes_mid_ramp_bit_for_bit(ramp):
+    finished(runner_process(ramp, "launch", "experiments/ramp.yaml", "tracking.run_name=full"))
+    _, full = histories(ramp, "full")
+    assert {e: float.fromhex(x) for e, x in full["epoch/train_resolution"].items()} == {1: 32, 2: 48, 3: 48, 4: 64}
+    assert len(full["train/loss"]) == 4 * 6  # 24 images an epoch with repeats as without, batch 4
+    cut = runner_process(ramp, "launch", "experiments/ramp.yaml", "tracking.run_name=cut")
+    for line in cut.stdout:
+        if "(global 14)" in line:  # epoch 3 (side 48), batch 2 of 6
+            break
+    cut.send_signal(signal.SIGTERM)
+    finished(cut, 143)
+    run, _ = histories(ramp, "cut")
+    state = torch.load(Path(ramp, run.data.tags["runner.checkpoint"]), weights_only=False)
+    assert state["epoch"] == 2 and 0 < state["batch"] < 6 and state["loader_states"][0]["epoch"] == 2
+    finished(runner_process(ramp, "resume", run.info.run_id))
+    _, resumed = histories(ramp, "cut")
+    assert resumed == full  # every step's loss, each evaluation and each epoch's side, bit for bit
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("pipelines.train.resolution.param=side", "command line 'pipelines.train.resolution.param=side': "
+                                              "pipelines.train.resolution.param: 'side' is not a param of the train "
+                                              "pipeline (imagenet_train), so the schedule would change nothing; its "
+                                              "params: data_root, decode_device, hw_decoder_load, size. Set "
+                                              "pipelines.train.resolution.param to the one that sets its output side."),
+    ("pipelines.train.resolution.min=96", "command line 'pipelines.train.resolution.min=96': "
+                                          "pipelines.train.resolution.min: 96 is above "
+                                          "pipelines.train.resolution.max (64): the side grows from min to max."),
+    ("data.loader=synthetic", "experiments/ramp.yaml:10: pipelines.train.resolution: the resolution schedule sets a "
+                              "param of the DALI train pipeline, and data.loader is 'synthetic'; set data.loader=dali, "
+                              "or remove pipelines.train.resolution."),
+])
+def test_bad_schedules(ramp, override, expected):
+    from runner.errors import ConfigError
+    from runner.validate import validate
+
+    with pytest.raises(ConfigError) as e:
+        validate("experiments/ramp.yaml", [override])
+    assert str(e.value) == expected
+
+
+def test_preview_names_the_epochs_side(ramp, capsys):
+    code, out, err = run_cli(["preview", "experiments/ramp.yaml", "--epoch", "4", "-o", "ramp4.png"], capsys)
+    assert code == 0, err
+    assert "epoch 4: train side 64 px (pipelines.train.resolution)" in out
+    assert "wrote ramp4.png: 16 train images" in err
