@@ -123,6 +123,14 @@ def _cosine(cfg: SchedulerConfig, steps_per_epoch: int, total: int):
     return lambda step: floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(step, total) / max(1, total)))
 
 
+@SCHEDULES.register("linear")
+def _linear(cfg: SchedulerConfig, steps_per_epoch: int, total: int):
+    """From the end of the warm-up straight down to min_lr_factor at the last step: with a warm-up from
+    warmup_start_factor, FFCV's cyclic (triangular) schedule."""
+    floor, start = cfg.min_lr_factor, int(round(cfg.warmup_epochs * steps_per_epoch))
+    return lambda step: 1.0 if step < start else floor + (1 - floor) * max(0, total - step) / max(1, total - start)
+
+
 @SCHEDULES.register("onecycle")
 def _onecycle(cfg: SchedulerConfig, steps_per_epoch: int, total: int):
     peak = max(1, int(cfg.pct_start * total))

@@ -194,7 +194,7 @@ CASES = [
                   "what they are."),
     Case("unknown scheduler", exp=EXP + "scheduler: {name: cosin}\n",
          expected="experiments/exp.yaml:8: scheduler.name: unknown scheduler 'cosin'. Did you mean 'cosine'? Valid "
-                  "schedulers: constant, cosine, onecycle, step."),
+                  "schedulers: constant, cosine, linear, onecycle, step."),
     Case("unknown operator", exp=EXP_MINE, pipe=PIPE.replace("decoders.image(", "decoders.imag("),
          expected="pipelines/mine.yaml:4: step 2 (images = decoders.imag(jpegs, output_type=RGB)): unknown operator "
                   "'decoders.imag'. Did you mean 'decoders.image'? Operators are DALI's fn names, such as "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,3 +166,18 @@ def test_kwargs_reach_the_constructor():
     check_optimizer(cfg, "timm/resnet50", lambda key: {"where": key})
     optimizer = create_optimizer(copy.deepcopy(tiny()), cfg, 2048)
     assert optimizer.defaults["trust_clip"] is True and optimizer.defaults["eps"] == 1e-6  # lamb's own eps
+
+
+def ffcv_cyclic_lr(epoch: float, lr: float, epochs: int, lr_peak_epoch: int) -> float:
+    """ffcv-imagenet's get_cyclic_lr, which its train loop interpolates linearly between epochs."""
+    return float(np.interp([epoch], [0, lr_peak_epoch, epochs], [1e-4 * lr, lr, 0])[0])
+
+
+def test_linear_schedule_with_warmup_is_ffcvs_cyclic():
+    from runner.optim import lr_factor
+
+    steps_per_epoch, epochs = 10, 16
+    factor = lr_factor(SchedulerConfig(name="linear", warmup_epochs=2, warmup_start_factor=1e-4), steps_per_epoch,
+                       epochs * steps_per_epoch)
+    for step in range(0, epochs * steps_per_epoch + 1, 3):
+        assert factor(step) == pytest.approx(ffcv_cyclic_lr(step / steps_per_epoch, 1.0, epochs, 2), abs=1e-12)

@@ -52,7 +52,9 @@ def print_validated(v: Validated) -> None:
         ["optimizer", f"{cfg.optimizer.name}, lr {lr:g}" + (f" ({cfg.optimizer.lr:g} per {cfg.optimizer.lr_reference_batch} "
                                                             f"images, global batch {batch})" if lr != cfg.optimizer.lr
                                                             else "")
-         + f", weight decay {cfg.optimizer.weight_decay:g}"],
+         + f", weight decay {cfg.optimizer.weight_decay:g}"
+         + ("" if cfg.optimizer.no_decay_on_norm_and_bias else " (norms and biases too)")
+         + (f", layer decay {cfg.optimizer.layer_decay:g}" if cfg.optimizer.layer_decay else "")],
         ["schedule", f"{cfg.scheduler.name}, warm-up {cfg.scheduler.warmup_epochs:g} epochs"],
         ["trainer", f"{cfg.trainer.epochs} epochs" + (f", at most {cfg.trainer.max_steps} steps"
                                                          if cfg.trainer.max_steps else "")
@@ -62,7 +64,9 @@ def print_validated(v: Validated) -> None:
          + (", high-priority CUDA stream" if cfg.trainer.stream_priority == "high" else "")
          + (f", label smoothing {cfg.trainer.label_smoothing:g}" if cfg.trainer.label_smoothing else "")
          + (f", EMA {cfg.trainer.ema.decay:g}" + (" with warm-up" if cfg.trainer.ema.warmup else "")
-            if cfg.trainer.ema else "")],
+            if cfg.trainer.ema else "")
+         + _loss_note(cfg.trainer.loss) + (", flip TTA at eval" if cfg.trainer.eval_tta == "flip" else "")
+         + _budget_note(cfg.trainer)],
         ["devices", f"{v.processes} x {v.target.accelerator}" + (f" on each of {cfg.trainer.nnodes} nodes"
                                                                  if cfg.trainer.nnodes > 1 else "")],
         ["loader", f"{cfg.data.loader}, batch {cfg.data.batch_size} per process"
@@ -79,12 +83,38 @@ def print_validated(v: Validated) -> None:
                      + (", conditionals" if g.conditionals else "")
                      + (f"; {parts[role]} of each batch" if role in parts else "")
                      + (_copy_note(v.loaded.pipelines["train"].hybrid) if role == HYBRID else "")
-                     + (_mix_note(cfg.pipelines.train.mix) if role == "train" and cfg.pipelines.train.mix else "")])
+                     + (_mix_note(cfg.pipelines.train.mix) if role == "train" and cfg.pipelines.train.mix else "")
+                     + (_epoch_note(cfg) if role == "train" else "")])
     rows.append(["tracking", (cfg.tracking.uri or "$MLFLOW_TRACKING_URI or ./mlflow.db") + f", experiment "
                  f"'{cfg.tracking.experiment}'" if cfg.tracking.enabled else "off"])
     console.out.print(f"[green]OK[/] {display_path(v.loaded.path)}" +
                       (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else ""))
     console.out.print(console.table(None, ["", ""], rows, justify_numbers=False))
+
+
+def _loss_note(loss) -> str:
+    if loss.name == "cross_entropy":
+        return ""
+    return ", binary cross entropy" + (f" (targets above {loss.target_threshold:g} count as 1)"
+                                       if loss.target_threshold is not None else "")
+
+
+def _budget_note(tc) -> str:
+    note = ""
+    if tc.stop_at is not None:
+        note += f", stop at {tc.stop_at.metric} {'>=' if tc.stop_at.mode == 'max' else '<='} {tc.stop_at.value:g}"
+    if tc.time_to is not None:
+        note += f", time to {tc.time_to.metric} {', '.join(f'{x:g}' for x in tc.time_to.values)}"
+    return note
+
+
+def _epoch_note(cfg) -> str:
+    r, note = cfg.pipelines.train.resolution, ""
+    if r is not None:
+        note += f"; {r.param} {r.min}-{r.max} px over epochs {r.start_epoch}-{r.end_epoch}"
+    if cfg.data.repeats > 1:
+        note += f"; each image {cfg.data.repeats} times an epoch, on different processes"
+    return note
 
 
 def _mix_note(mix) -> str:

@@ -56,12 +56,12 @@ class OptimizerConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
-    name: str = "cosine"                        # constant | step | cosine | onecycle
+    name: str = "cosine"                        # constant | step | cosine | linear | onecycle
     warmup_epochs: float = bounded(0.0, ge=0)   # linear warm-up before the schedule
     warmup_start_factor: float = bounded(0.1, gt=0, le=1)
     step_epochs: int = bounded(30, ge=1)        # step: decay every this many epochs
     gamma: float = bounded(0.1, gt=0, le=1)     # step: decay factor
-    min_lr_factor: float = bounded(0.0, ge=0, le=1)  # cosine: floor, as a fraction of the peak lr
+    min_lr_factor: float = bounded(0.0, ge=0, le=1)  # cosine, linear: floor, as a fraction of the peak lr
     pct_start: float = bounded(0.3, gt=0, lt=1)  # onecycle: share of steps spent rising
 
 
