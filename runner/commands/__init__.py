@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 
 COMMANDS = ["validate", "compile", "ops", "models", "optimizers", "data", "launch", "resume", "bench", "tune", "ui",
-            "tracking", "reproduce", "export", "compare", "sweep", "preview", "evaluate"]
+            "tracking", "reproduce", "export", "compare", "sweep", "preview", "evaluate", "average"]
 
 
 def load_command(name: str) -> ModuleType:

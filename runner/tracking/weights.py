@@ -59,10 +59,10 @@ def fetch_run_weights(run_id: str, tracking_uri: str | None = None, which: str =
     target = (dest or cache_dir() / record.run_id) / Path(name).name
     if target.is_file() and target.stat().st_size == index.get("sizes", {}).get(name, -1):
         return target
-    return _download(uri, record.run_id, name, target)
+    return download(uri, record.run_id, name, target)
 
 
-def _download(uri: str, run_id: str, name: str, target: Path) -> Path:
+def download(uri: str, run_id: str, name: str, target: Path) -> Path:
     """The run's artifact `name` written as the file `target`, atomically: a process reading it never sees half a
     file. Raises RunnerError when the store does not hand it over."""
     from runner.tracking.store import client
@@ -92,7 +92,7 @@ def restore_last_checkpoint(uri: str, run_id: str, directory: Path) -> tuple[Pat
     if index is None:
         raise DataError(f"run {run_id} logged no checkpoint to {uri} (no {INDEX} among its artifacts).",
                         where="RUN_ID")
-    _download(uri, run_id, index["last"], directory / LAST)
+    download(uri, run_id, index["last"], directory / LAST)
     if not (directory / LOCAL_INDEX).is_file():
         write_text_atomic(directory / LOCAL_INDEX, json.dumps(index, indent=1) + "\n", option="RUN_ID")
     return directory / LAST, int(index.get("steps", {}).get(index["last"], -1))
