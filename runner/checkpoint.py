@@ -58,8 +58,8 @@ def find_latest(checkpoint_dir: str | Path, experiment: str) -> Path | None:
 
 def fixed_settings(v, world: int) -> dict[str, Any]:
     """The settings a checkpoint's state is shaped by: the model's and optimizer's state dicts, and the readers'
-    positions (which files each process lists, in which order, in batches of what size), and whether it holds
-    averaged weights (trainer.ema). Saved with it."""
+    positions (which files each process lists, in which order, in batches of what size, in which epoch's pipeline),
+    and whether it holds averaged weights (trainer.ema). Saved with it."""
     from runner.accumulate import global_batch
 
     cfg = v.config
@@ -73,7 +73,13 @@ def fixed_settings(v, world: int) -> dict[str, Any]:
             "trainer.global_batch_size": global_batch(cfg, world),
             "data.label_map": v.labels.digest if v.labels is not None else None,
             "pipelines.train.hybrid": None if hybrid is None else f"share {hybrid.share:g}, deal {hybrid.deal}",
-            "trainer.ema": "on" if cfg.trainer.ema is not None else "off"}
+            "trainer.ema": "on" if cfg.trainer.ema is not None else "off",
+            "data.repeats": cfg.data.repeats, "pipelines.train.resolution": _ramp(cfg.pipelines.train.resolution)}
+
+
+def _ramp(r) -> str | None:
+    return None if r is None else f"{r.param} {r.min}-{r.max} px over epochs {r.start_epoch}-{r.end_epoch}, " \
+                                  f"multiples of {r.multiple}"
 
 
 def check_resumable(state: dict[str, Any], path: Path, settings: dict[str, Any]) -> None:

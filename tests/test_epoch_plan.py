@@ -176,3 +176,17 @@ def test_preview_names_the_epochs_side(ramp, capsys):
     assert code == 0, err
     assert "epoch 4: train side 64 px (pipelines.train.resolution)" in out
     assert "wrote ramp4.png: 16 train images" in err
+
+
+def test_a_checkpoint_of_a_ramp_resumes_under_that_ramp_only(ramp):
+    from runner.checkpoint import check_resumable, fixed_settings
+    from runner.errors import ConfigError
+    from runner.validate import validate
+
+    saved = {"fixed_settings": fixed_settings(validate("experiments/ramp.yaml"), 1)}
+    check_resumable(saved, Path("last.pt"), fixed_settings(validate("experiments/ramp.yaml"), 1))
+    with pytest.raises(ConfigError) as e:
+        check_resumable(saved, Path("last.pt"), fixed_settings(validate("experiments/ramp.yaml", [
+            "data.repeats=1", "pipelines.train.resolution.end_epoch=2"]), 1))
+    assert "data.repeats: 2 in the checkpoint, 1 now; pipelines.train.resolution: size 32-64 px over epochs 0-3, " \
+           "multiples of 16 in the checkpoint, size 32-64 px over epochs 0-2, multiples of 16 now." in str(e.value)
