@@ -565,12 +565,17 @@ def test_mix_and_ema_are_step_settings_so_each_recipe_is_measured_as_its_own_cei
     suite = load_suite(REPO / "bench" / "suites" / "recipe-cost.yaml", [])
     jobs = plan(suite, [validate(REPO / e.experiment, list(e.overrides), accelerator="gpu", check_pipelines=False)
                         for e in suite.entries])
+    synth = ("data.synth.classes=100", "data.synth.per_class=1280")
     assert [(j.row.name, j.row.is_ceiling, j.overrides[1:]) for j in jobs] == [
-        ("plain (ceiling: eager, mix: off, ema: off)", True,
-         ("data.synth.classes=100", "data.synth.per_class=1280", "data.loader=synthetic")),
-        ("mix-ema (ceiling: eager, mix: mixup_alpha 0.2, cutmix_alpha 1.0, ema: on)", True,
-         ("data.synth.classes=100", "data.synth.per_class=1280", "pipelines.train.mix.mixup_alpha=0.2", "pipelines.train.mix.cutmix_alpha=1.0", "trainer.ema.decay=0.9998",
-          "data.loader=synthetic"))]
+        ("plain (ceiling: eager, sgd, cross_entropy, mix: off, ema: off)", True, (*synth, "data.loader=synthetic")),
+        ("mix-ema (ceiling: eager, sgd, cross_entropy, mix: mixup_alpha 0.2, cutmix_alpha 1.0, ema: on)", True,
+         (*synth, "pipelines.train.mix.mixup_alpha=0.2", "pipelines.train.mix.cutmix_alpha=1.0",
+          "trainer.ema.decay=0.9998", "data.loader=synthetic")),
+        ("bce (ceiling: eager, sgd, bce (target_threshold 0.2), mix: off, ema: off)", True,
+         (*synth, "trainer.loss.name=bce", "trainer.loss.target_threshold=0.2", "data.loader=synthetic")),
+        ("lamb (ceiling: eager, lamb, cross_entropy, mix: off, ema: off)", True,
+         (*synth, "optimizer.name=lamb", "optimizer.lr=0.008", "optimizer.weight_decay=0.02",
+          "~optimizer.lr_reference_batch", "data.loader=synthetic"))]
 
 
 def test_repeat_alternates_the_variants_round_by_round(tiny, project, capsys):

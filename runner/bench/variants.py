@@ -114,8 +114,15 @@ def step_settings(v) -> dict:
             "image": ceiling_side(v), "precision": cfg.trainer.precision, "channels_last": cfg.trainer.channels_last,
             "compile": cfg.trainer.compile, "compile_mode": cfg.trainer.compile_mode if cfg.trainer.compile else None,
             "optimizer": cfg.optimizer.name, "label_smoothing": cfg.trainer.label_smoothing,
+            "loss": _loss(cfg.trainer.loss),
             "mix": _recipe(cfg.pipelines.train.mix), "ema": _recipe(cfg.trainer.ema),
             "accelerator": v.target.accelerator, "processes": v.processes}
+
+
+def _loss(loss) -> str:
+    """trainer.loss as one comparable value: its name, then its non-default keys."""
+    rest = _recipe(loss).replace(f"name {loss.name}", "").strip(", ")
+    return loss.name + (f" ({rest})" if rest and rest != "on" else "")
 
 
 def _recipe(section) -> str:
@@ -133,7 +140,7 @@ def ceiling_label(settings: dict, every: list[dict]) -> str:
         "" if settings["compile_mode"] == "default" else f" {settings['compile_mode']}")
     shown = {"model": "{}", "classes": "{} classes", "batch": "batch {}", "image": "{} px", "precision": "{}",
              "channels_last": "channels_last {}", "optimizer": "{}", "label_smoothing": "smoothing {}",
-             "mix": "mix: {}", "ema": "ema: {}",
+             "loss": "{}", "mix": "mix: {}", "ema": "ema: {}",
              "accelerator": "{}", "processes": "{} processes"}
     varying = [k for k in shown if len({str(s[k]) for s in every}) > 1]
     return ", ".join([label, *(shown[k].format(settings[k]) for k in varying)])
