@@ -126,7 +126,8 @@ def test_gpu_placement_is_emitted_as_written(seed_experiment, capsys):
     assert "Placement: GPU" in source
 
 
-@pytest.mark.parametrize("pipeline", ["imagenet_train_randaugment", "imagenet_train_trivialaugment"])
+@pytest.mark.parametrize("pipeline", ["imagenet_train_randaugment", "imagenet_train_trivialaugment",
+                                      "imagenet_train_timm"])
 def test_auto_augment_policies_compile_with_conditionals(project, image_dataset, pipeline):
     (project / "experiments" / "aa.yaml").write_text(textwrap.dedent(f"""\
         data: {{root: {image_dataset}, batch_size: 4}}

@@ -35,21 +35,28 @@ def print_ops(contains: str | None) -> None:
                                     ["operator", "devices", "what it does"], rows, justify_numbers=False))
 
 
+def _python_note(op) -> str:
+    if not op.python:
+        return ""
+    what = "runner's composition of DALI operators" if op.name.startswith("augment.") else "DALI Python policy"
+    return f"  ({what}" + ("; needs conditionals, enabled automatically)" if op.conditionals else ")")
+
+
 def print_op(name: str) -> None:
     cat = load_catalog()
     op = cat.get(name.removeprefix("fn."))
     if op is None:
         raise ConfigError(cat.unknown_message(name), file="command line")
     inputs = f"{op.min_inputs}" if op.min_inputs == op.max_inputs else f"{op.min_inputs}-{op.max_inputs}"
-    console.out.print(f"[bold]{op.name}[/]  devices: {', '.join(op.backends)}  inputs: {inputs}"
-                      + ("  (Python policy: needs conditionals, enabled automatically)" if op.python else ""))
+    console.out.print(f"[bold]{op.name}[/]  devices: {', '.join(op.backends)}  inputs: {inputs}" + _python_note(op))
     console.out.print(" ".join(op.doc.split()))
     rows = []
     for a in sorted(op.args.values(), key=lambda a: (not a.required, a.name)):
         if a.deprecated:
             continue
-        kind = describe_type(a.type) if a.type else a.doc
+        kind = describe_type(a.type) if a.type else (a.kind or a.doc)
+        meaning = a.doc if a.type or a.kind else ""  # auto_aug's untyped arguments carry their annotation as doc
         rows.append([a.name + (" *" if a.required else ""), kind + (" | stream" if a.tensor else ""),
-                     "required" if a.required else (enum_default_name(a.type, a.default) or ""), _first_sentence(a.doc if a.type else "")])
+                     "required" if a.required else (enum_default_name(a.type, a.default) or ""), _first_sentence(meaning)])
     console.out.print(console.table("arguments (* required; 'stream': also takes an operator output)",
                                     ["argument", "type", "default", "meaning"], rows, justify_numbers=False))

@@ -4,7 +4,8 @@ Every `fn.*` operator that DALI registers in C++ is here, under its `fn` name, w
 input counts and typed arguments. Python-level helpers that take callables (python_function,
 external_source) are left out on purpose: a YAML file must not name code. The automatic
 augmentation policies (`auto_aug.*`), which are Python functions over DALI operators, are added
-by hand with signatures read from the functions themselves.
+by hand with signatures read from the functions themselves, and so are runner's own compositions of
+DALI operators (`augment.*`, from the table in runner.augment), with typed arguments and a value check.
 
 DALI still runs the names it has deprecated (`fn.image_decoder`, `fn.file_reader`, ...): the catalog
 maps each to the operator DALI names as its replacement (`DeprecatedInFavorOf`), so a line from an
@@ -40,6 +41,7 @@ class ArgInfo:
     tensor: bool              # may be fed a stream (an "argument input")
     doc: str = ""
     deprecated: bool = False
+    kind: str = ""            # the type in words where `type` is no DALI type (checked by the op's own check)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,9 @@ class OpInfo:
     args: dict[str, ArgInfo] = field(default_factory=dict)
     doc: str = ""
     is_reader: bool = False
-    python: bool = False      # an auto_aug policy: a Python function, needs conditionals
+    python: bool = False      # a Python function over DALI operators (auto_aug.*, augment.*), not a DALI schema
+    conditionals: bool = False  # built on DALI's conditional execution: the pipeline needs enable_conditionals
+    check: Callable[[dict], None] | None = None  # the constant arguments -> raises ConfigError(where="argument ...")
 
     @property
     def cpu(self) -> bool:
@@ -124,7 +128,26 @@ def _auto_aug_ops() -> dict[str, OpInfo]:
                 for p in params}
         ops[name] = OpInfo(name=name, schema=f"{func.__module__}.{func.__name__}", backends=("cpu", "gpu"),
                            min_inputs=1, max_inputs=1, args=args,
-                           doc=(inspect.getdoc(func) or "").split("\n\n")[0], python=True)
+                           doc=(inspect.getdoc(func) or "").split("\n\n")[0], python=True, conditionals=True)
+    return ops
+
+
+def _runner_ops() -> dict[str, OpInfo]:
+    """runner.augment's compositions: typed like DALI's schemas, so the checker tests constants the same way."""
+    from runner.augment import COMPOSITIONS
+
+    ops = {}
+    for name, comp in COMPOSITIONS.items():
+        params = list(inspect.signature(comp.func).parameters.values())[1:]  # first one is the data
+        args = {p.name: ArgInfo(name=p.name, type=comp.args[p.name].type, kind=comp.args[p.name].kind,
+                                required=p.default is inspect.Parameter.empty,
+                                default=None if p.default is inspect.Parameter.empty else repr(p.default),
+                                tensor=p.name in comp.streams, doc=comp.args[p.name].doc)
+                for p in params}
+        # emitted and imported as runner.augment.<function>, its public name
+        ops[name] = OpInfo(name=name, schema=f"runner.augment.{comp.func.__name__}", backends=("cpu", "gpu"),
+                           min_inputs=1, max_inputs=1, args=args, doc=(inspect.getdoc(comp.func) or "").split("\n\n")[0],
+                           python=True, conditionals=comp.conditionals, check=comp.check)
     return ops
 
 
@@ -205,6 +228,7 @@ def load_catalog() -> Catalog:
         if op is not None and op.name not in EXCLUDED:
             ops[op.name] = op
     ops.update(_auto_aug_ops())
+    ops.update(_runner_ops())
     return Catalog(ops, _deprecated_ops(names, fn, ops), AUTO_AUG_ALIASES)
 
 
@@ -246,7 +270,8 @@ AUTO_AUG_ALIASES = {"auto_augment.auto_augment_image_net": "auto_aug.auto_augmen
 
 
 def describe_arg_names(op: OpInfo) -> str:
-    return list_names([a for a in op.args if not op.args[a].deprecated] + ["device", "name"], limit=30)
+    common = ["device"] if op.python else ["device", "name"]  # a Python function has no DALI operator to name
+    return list_names([a for a in op.args if not op.args[a].deprecated] + common, limit=30)
 
 
 __all__ = ["ArgInfo", "Catalog", "OpInfo", "GPU_COPY_OP", "load_catalog", "math_functions", "RUNNER_OWNED", "COMMON_ARGS",

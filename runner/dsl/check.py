@@ -234,9 +234,19 @@ class _Checker:
             raise self.fail(f"{op.name} takes {want} input stream(s), got {len(inputs)}.")
         device = self._device(call, op, inputs)
         kwargs, injected = self._kwargs(call, op)
-        if op.python:
+        if op.check is not None:
+            self._check_values(op, kwargs)
+        if op.conditionals:
             self.conditionals = True
         return OpNode(op=op, device=device, inputs=inputs, kwargs=kwargs, injected=injected)
+
+    def _check_values(self, op: OpInfo, kwargs: tuple[tuple[str, Arg], ...]) -> None:
+        """An `augment.*` step's own check of its constant arguments (a policy string's grammar, a range)."""
+        constants = {k: v.value for k, v in kwargs if isinstance(v, Lit)}
+        try:
+            op.check(constants)
+        except ConfigError as e:
+            raise self.fail(f"{e.where} of {op.name}: {e.message}") from None
 
     def _gpu_copy(self, call: Call) -> OpNode:
         """`labels = labels.gpu()`; without a GPU the copy is dropped, as `.gpu()` is everywhere else."""
@@ -298,7 +308,7 @@ class _Checker:
             if key in RUNNER_OWNED and op.is_reader:
                 raise self.fail(f"'{key}' is set by the runner from {RUNNER_OWNED[key]}; remove it from the "
                                 "pipeline (sharding is injected into every reader).")
-            if key == "name":
+            if key == "name" and not op.python:
                 name = self.literal(value)
                 if not isinstance(name, str):
                     raise self.fail(f"name must be a string; got {name!r}.")

@@ -29,9 +29,8 @@ from runner.dsl.graph import (
 )
 from runner.errors import display_path
 
-RESERVED = {"fn", "math", "types", "pipeline_def", "PIPELINE_ARGS", "auto_augment", "rand_augment", "trivial_augment"}
-_AUTO_AUG_MODULE = {"auto_aug.rand_augment": "rand_augment", "auto_aug.trivial_augment_wide": "trivial_augment",
-                    "auto_aug.auto_augment_image_net": "auto_augment", "auto_aug.auto_augment": "auto_augment"}
+RESERVED = {"fn", "math", "types", "pipeline_def", "PIPELINE_ARGS", "auto_augment", "rand_augment", "trivial_augment",
+            "augment"}
 _MAX_LINE = 100
 
 
@@ -126,7 +125,7 @@ class _Emitter:
             source = self.arg(node.inputs[0])
             return f"{source}.gpu()" if node.device == "gpu" else source
         if node.op.python:
-            func = f"{_AUTO_AUG_MODULE[node.op.name]}.{node.op.schema.rsplit('.', 1)[1]}"
+            func = ".".join(node.op.schema.split(".")[-2:])  # rand_augment.rand_augment, augment.random_erasing
         else:
             func = f"fn.{node.op.name}"
         parts = [self.arg(a) for a in node.inputs]
@@ -176,9 +175,7 @@ def emit_source(graph: CheckedGraph, args: PipelineArgs, *, origin: str) -> str:
     if any(isinstance(v, Lit) and v.symbol for s in graph.steps if isinstance(s.node, OpNode) for _, v in s.node.kwargs):
         signature += ["shard_id=0", "num_shards=1"]
     imports = [f"from nvidia.dali import fn, {'math, ' if e.uses_math else ''}pipeline_def, types"]
-    aug = sorted({_AUTO_AUG_MODULE[n.op.name] for n in ops if n.op.python})
-    if aug:
-        imports.append(f"from nvidia.dali.auto_aug import {', '.join(aug)}")
+    imports += _python_imports([n.op for n in ops if n.op.python])
     decorator = "@pipeline_def(enable_conditionals=True)" if graph.conditionals else "@pipeline_def"
     placement = "GPU" if graph.target == "gpu" else "CPU only (no GPU: mixed/gpu steps moved to the CPU)"
     shard_call = f"shard_id={graph.symbols['shard_id']}, num_shards={graph.symbols['num_shards']}" \
@@ -208,6 +205,15 @@ def emit_source(graph: CheckedGraph, args: PipelineArgs, *, origin: str) -> str:
         '        print(f"output {i}: {len(out)} samples, first shape {tuple(out[0].shape())}, {out.dtype}")',
         "",
     ])
+
+
+def _python_imports(ops: list) -> list[str]:
+    """`from nvidia.dali.auto_aug import rand_augment`, `from runner import augment`: the modules Python steps call."""
+    modules: dict[str, set[str]] = {}
+    for op in ops:
+        package, module, _ = op.schema.rsplit(".", 2)
+        modules.setdefault(package, set()).add(module)
+    return [f"from {package} import {', '.join(sorted(names))}" for package, names in sorted(modules.items())]
 
 
 def _nested(node: OpNode | ExprNode) -> list[OpNode | ExprNode]:
