@@ -9,7 +9,7 @@ from mlflow import MlflowClient
 from runner.budgets import Budgets, time_to_key
 from runner.config.sections import StopAtConfig, TimeToConfig, TrainerConfig
 from runner.train import predict
-from tests.conftest import run_cli, write_image_folder
+from tests.conftest import REPO, run_cli, write_image_folder
 from tests.test_config import write
 
 
@@ -58,15 +58,28 @@ tracking: {experiment: budget}
 """
 
 
+def launched(workdir, *args: str) -> str:
+    """`runner launch ARGS` in a process of its own (MLflow keeps a store per process), its output."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run([sys.executable, "-m", "runner", "launch", *args], cwd=workdir, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return done.stdout
+
+
 @pytest.mark.slow
 def test_a_launch_stops_at_its_target_and_compare_shows_the_time(project, capsys):
     write(project, EXPERIMENT, "budget.yaml")
     write_image_folder(project / "data" / "train", classes=3, per_class=8, seed=1)
     write_image_folder(project / "data" / "val", classes=3, per_class=3, seed=2)
-    code, out, err = run_cli(["launch", "experiments/budget.yaml"], capsys)
-    assert code == 0, err
+    out = launched(project, "experiments/budget.yaml")
     assert "stopped: eval/top1 " in out and ">= 0 at epoch 1 (trainer.stop_at)" in out
-    client = MlflowClient("sqlite:///mlflow.db")
+    client = MlflowClient(f"sqlite:///{project}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("budget").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["runner.stopped_at"].endswith("at epoch 1 (trainer.stop_at)")
     epochs = client.get_metric_history(run.info.run_id, "eval/top1")
