@@ -76,6 +76,20 @@ def peer_failed(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and any(s in str(e) for s in _PEER_GONE)
 
 
+PEER_GRACE_S = 30.0
+
+
+def await_stop(grace_s: float = PEER_GRACE_S) -> None:
+    """Wait for the launcher to stop this process after a peer failed, so the peer's own exit is the one
+    torchrun reports first (its exit code is the run's); the default SIGTERM action ends the wait at once."""
+    import signal
+    import time
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    time.sleep(grace_s)
+
+
 def teardown() -> None:
     import torch.distributed as dist
 

@@ -272,6 +272,10 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
         if d.enabled and dist.peer_failed(e):  # not this rank's fault: the first failure is reported above
             console.err.print(f"rank {d.rank}: stopping: another process of this run failed "
                               f"({str(e).splitlines()[0][:160]}).", markup=False)
+            from runner.train import StopRequest
+
+            if StopRequest.received is None:  # torchrun's stop already came: end now
+                dist.await_stop()
             return 1
         raise
     finally:

@@ -64,6 +64,8 @@ class RunResult:
 class StopRequest:
     """SIGTERM/SIGINT set a flag; the loop stops at a step boundary that every rank agrees on."""
 
+    received: int | None = None  # the last stop signal this process got, kept after the loop has ended
+
     def __init__(self):
         self.signal: int | None = None
         self._previous = {}
@@ -74,7 +76,7 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame) -> None:
-        self.signal = signum
+        self.signal = StopRequest.received = signum
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():

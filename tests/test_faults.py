@@ -217,7 +217,7 @@ def test_ddp_a_failing_rank_ends_every_rank_and_is_reported_first(workdir):
     start = time.monotonic()
     proc = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.devices=2")
     out = proc.stdout.read()
-    assert proc.wait(timeout=120) == 2
+    assert proc.wait(timeout=120) == 2, out
     assert time.monotonic() - start < 60
     errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
     assert errors[0].startswith("error: data/train: the train pipeline failed to decode an image")
