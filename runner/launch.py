@@ -274,7 +274,7 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
                               f"({str(e).splitlines()[0][:160]}).", markup=False)
             from runner.train import StopRequest
 
-            if StopRequest.received is None:  # torchrun's stop already came: end now
+            if StopRequest.received is None:  # else torchrun's stop came already: end now
                 dist.await_stop()
             return 1
         raise
