@@ -1,5 +1,5 @@
-"""`runner data synth|check|fingerprint|cache`: make a synthetic ImageFolder, find files that do not decode,
-print what a run would train on, decode a dataset once into a cache of arrays."""
+"""`runner data synth|check|fingerprint|cache|shard`: make a synthetic ImageFolder, find files that do not decode,
+print what a run would train on, decode a dataset once into a cache of arrays, write it as WebDataset shards."""
 from __future__ import annotations
 
 import argparse
@@ -77,6 +77,23 @@ def register(sub) -> None:
     k.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
     k.set_defaults(handler=run_cache)
 
+    h = actions.add_parser("shard", help="write an ImageFolder (each split of a folder of splits, or a JPEG cache) as "
+                                         "WebDataset shards with DALI's index files, read by pipelines/imagenet_*_wds")
+    h.add_argument("src", metavar="SRC", help=FOLDER_OF_SPLITS.format(root="SRC"))
+    h.add_argument("dst", metavar="DST", help="folder of shards to create or resume; one folder per split of SRC")
+    h.add_argument("--format", choices=("webdataset",), default="webdataset",
+                   help="webdataset: tar shards with DALI's .idx index per shard (default: %(default)s)")
+    h.add_argument("--shard-size", type=_megabytes, default=256, metavar="MB",
+                   help="about this many MB (10^6 bytes) of images per shard (default: %(default)s)")
+    h.add_argument("--shuffle-seed", type=_seed, default=0, metavar="S",
+                   help="shuffle the train split's images with this seed before dealing them into shards, so that "
+                        "a reader going through the shards in turn sees the classes mixed; 'none' keeps the order "
+                        "DALI's file reader reads the folder in (default: %(default)s)")
+    h.add_argument("--train-split", default="train", metavar="NAME",
+                   help="the split whose class folders define the labels (default: %(default)s)")
+    h.add_argument("--workers", type=_positive, metavar="N", help="processes (default: the cores this process may use)")
+    h.set_defaults(handler=run_shard)
+
 
 def _positive(text: str) -> int:
     try:
@@ -93,6 +110,25 @@ def _whole(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+
+
+def _megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of MB") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _seed(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number or 'none'") from None
 
 
 def run_synth(args) -> int:
@@ -249,6 +285,21 @@ def run_jpeg_cache(args) -> int:
     _cache_notes(s)
     console.out.print(_cache_line(s, f"as JPEG (longer side <= {s.max_side} px, quality {s.quality}, {s.copied} "
                                      "small JPEGs copied as they are)"))
+    return 0
+
+
+def run_shard(args) -> int:
+    from runner.data.shard_write import build_shards, describe_summary, shard_settings
+
+    shard_settings(args.format, args.shard_size, args.shuffle_seed)  # a bad value stops before the progress bar
+    with progress_bar("sharding") as progress:
+        s = build_shards(Path(args.src), Path(args.dst), format=args.format, shard_mb=args.shard_size,
+                         shuffle_seed=args.shuffle_seed, train_split=args.train_split, workers=args.workers,
+                         progress=progress)
+    if s.skipped:
+        console.out.print(_issues_table(f"{len(s.skipped)} file(s) that do not decode, left out", s.skipped))
+        console.out.print(f"skip list: {escape(display_path(s.skip_list))} ({len(s.skipped)} file(s))")
+    console.out.print(escape(describe_summary(s)))
     return 0
 
 

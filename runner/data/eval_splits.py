@@ -82,8 +82,8 @@ def check_eval_splits(loaded: LoadedExperiment, world: int, suffixes: tuple[str,
                 raise extra_classes_error(labels, folder, extra, loaded.at(KEY))
             if missing:
                 notes.append(missing_note(labels, folder, missing))
-        if loaded.config.data.loader == "dali" and len(scan.files) < world:
-            raise DataError(f"{display_path(folder)} holds {len(scan.files)} image(s) that the reader reads, fewer "
+        if loaded.config.data.loader == "dali" and len(scan) < world:
+            raise DataError(f"{display_path(folder)} holds {len(scan)} image(s) that the reader reads, fewer "
                             f"than the {world} processes that each evaluate a share of them (DALI's reader needs at "
                             "least one per process); add images, or run fewer processes.", **loaded.at(KEY))
     return notes

@@ -42,7 +42,13 @@ class LabelMap:
 
 
 def load_label_map(train_folder: str | Path) -> LabelMap:
-    """The map the train split's class folders define (DataError when the folder is not an ImageFolder)."""
+    """The map the train split's class folders define (DataError when the folder is not an ImageFolder); for a
+    split of shards, the map `runner data shard` took from its source's train split."""
+    from runner.data.shardset import find_shard_split
+
+    shards = find_shard_split(train_folder)
+    if shards is not None:
+        return LabelMap(classes=shards.classes, folder=Path(train_folder))
     return LabelMap(classes=class_folders(train_folder), folder=Path(train_folder))
 
 
@@ -73,8 +79,22 @@ def extra_classes_error(label_map: LabelMap, folder: Path, extra: list[str], at:
 
 
 def split_classes(label_map: LabelMap, folder: Path) -> tuple[list[str], list[str]]:
-    """(class folders of `folder` the train split lacks, train classes `folder` lacks)."""
-    return extra_classes(label_map, folder), missing_classes(label_map, folder)
+    """(class folders of `folder` the train split lacks, train classes `folder` lacks). A split of shards carries
+    labels already, numbered by its set's map: a DataError unless that map is the train split's."""
+    from runner.data.shardset import LABELS, find_shard_split
+
+    shards = find_shard_split(folder)
+    if shards is None:
+        return extra_classes(label_map, folder), missing_classes(label_map, folder)
+    if shards.classes != label_map.classes:
+        differ = next((i for i, (a, b) in enumerate(zip(shards.classes, label_map.classes)) if a != b),
+                      min(len(shards.classes), len(label_map)))
+        raise DataError(f"holds shards whose labels number {len(shards.classes)} classes by the map in "
+                        f"{display_path(shards.root / LABELS)}, but the train split {display_path(label_map.folder)} "
+                        f"numbers {len(label_map)} classes otherwise (first difference at label {differ}). Its images "
+                        "would be scored under other classes' labels; shard the splits together (one `runner data "
+                        "shard` of a folder of splits), or evaluate on the split's images.", file=folder)
+    return [], []
 
 
 def labelled_files(label_map: LabelMap, folder: Path, files: list[tuple[str, int]], classes: tuple[str, ...],

@@ -196,6 +196,11 @@ def fingerprint(root: str | Path, suffixes: tuple[str, ...] | None = None) -> di
     hashed: that would read the whole dataset). A file that cannot be stat'ed counts as size -1. Without
     `suffixes`: the images, or a decoded cache's arrays (see scan_data_folder).
     """
+    from runner.data.shardset import find_shard_split, shard_fingerprint
+
+    shards = find_shard_split(root)
+    if shards is not None:
+        return shard_fingerprint(shards)
     scan = scan_data_folder(root, suffixes)
     lines, total = [], 0
     for path, _ in scan.files:

@@ -20,8 +20,13 @@ def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | 
 def scan_split_at(loaded: LoadedExperiment, role: str, folder: Path, suffixes: tuple[str, ...] | None = None):
     """scan_split for the folder the role's reader reads (its split, unless the pipeline names another)."""
     from runner.data.scan import filter_suffixes, scan_image_folder
+    from runner.data.shardset import check_shard_split, find_shard_split
 
     with naming_data_key(loaded, role, folder):
+        shards = find_shard_split(folder)
+        if shards is not None:  # a split of `runner data shard`: its shards, indexes and labels checked instead
+            check_shard_split(shards, loaded.config.model.num_classes)
+            return shards
         return scan_image_folder(folder, suffixes or filter_suffixes(None))
 
 
@@ -66,8 +71,12 @@ def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, 
 
 
 def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> int:
+    from runner.data.shardset import find_shard_split
     from runner.data.skips import readable_files
 
+    shards = find_shard_split(split_dir(data, role))
+    if shards is not None:
+        return shards.samples
     return len(readable_files(split_dir(data, role), suffixes, keep_skipped=not data.skip_bad_files))
 
 

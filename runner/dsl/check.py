@@ -52,9 +52,10 @@ def _number(x: Any) -> bool:
 
 class _Checker:
     def __init__(self, graph: Graph, catalog: Catalog, target: str, rank: int, world: int, seed: int,
-                 file_list: str | None = None, own_order: bool = False):
+                 file_list: str | None = None, own_order: bool = False,
+                 shards: tuple[tuple[str, ...], tuple[str, ...]] | None = None):
         self.g, self.cat, self.target, self.file_list = graph, catalog, target, file_list
-        self.own_order = own_order
+        self.own_order, self.shards = own_order, shards
         self.rank, self.world, self.seed = rank, world, seed
         self.live: dict[str, tuple[int, bool]] = {}  # name -> (defining step, on GPU)
         self.used: set[tuple[str, int]] = set()
@@ -344,6 +345,10 @@ class _Checker:
                 and not ({"files", "file_list"} & set(given)):
             out.append(("file_list", Lit(self.file_list)))  # the split without its skip-listed files
             added.append("file_list")
+        if self.shards and op.name == "readers.webdataset":  # a folder of shards -> its tars and their indexes
+            out[:] = [(k, v) for k, v in out if k not in ("paths", "index_paths")]
+            out += [("paths", Lit(list(self.shards[0]))), ("index_paths", Lit(list(self.shards[1])))]
+            added += ["paths", "index_paths"]
         if self.own_order:  # the file list is this rank's epoch in order (data.repeats): read it as it is
             out[:] = [(k, v) for k, v in out if k not in ("random_shuffle", "shuffle_after_epoch", "stick_to_shard")]
             fixed = [k for k in ("random_shuffle", "shuffle_after_epoch") if k in op.args]
@@ -540,11 +545,13 @@ def _names_used(call: Value) -> list[str]:
 
 
 def check_graph(graph: Graph, *, target: str = "gpu", rank: int = 0, world: int = 1, seed: int = 0,
-                catalog: Catalog | None = None, file_list: str | None = None, own_order: bool = False) -> CheckedGraph:
+                catalog: Catalog | None = None, file_list: str | None = None, own_order: bool = False,
+                shards: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> CheckedGraph:
     """Check `graph` against DALI's schemas, placed for `target` and sharded for `rank` of `world`.
 
     `file_list`, when given, replaces the reader's own scan of `file_root` (see data.skips); with `own_order` it is
-    the rank's files in the order to read them (data.repeats), with rank 0 of 1 and the reader's shuffles off."""
+    the rank's files in the order to read them (data.repeats), with rank 0 of 1 and the reader's shuffles off.
+    `shards` (tar paths, index paths) replace a readers.webdataset's `paths` that names a folder of shards."""
     if target not in ("cpu", "gpu"):
         raise ValueError(target)
-    return _Checker(graph, catalog or load_catalog(), target, rank, world, seed, file_list, own_order).run()
+    return _Checker(graph, catalog or load_catalog(), target, rank, world, seed, file_list, own_order, shards).run()

@@ -57,6 +57,10 @@ def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, 
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
         checked = _check_shape(check_graph(graph, target="gpu", **place), role)
         if source.hybrid is None:
+            shards = reader_shards(checked)
+            if shards is not None:
+                graphs[role] = check_graph(graph, target=target.accelerator, shards=shards, **place)
+                continue
             files = reader_file_list(loaded, role, checked, labels)
             if role == "train" and epoch is not None and loaded.config.data.repeats > 1:
                 files = repeat_file_list(loaded, files, target, epoch)
@@ -157,6 +161,25 @@ def reader_suffixes(graph) -> tuple[str, ...]:
     reader = _first_operator(graph) if graph is not None else None
     filters = dict(reader.kwargs).get("file_filters") if reader is not None else None
     return filter_suffixes(filters.value if filters is not None else None)
+
+
+def reader_shards(graph) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(tars, indexes) for a readers.webdataset whose `paths` names one folder of `runner data shard`'s shards;
+    None for other readers and paths (a list of tars is read as written)."""
+    from runner.data.shardset import find_shard_split
+
+    reader = _first_operator(graph)
+    if reader is None or reader.op.name != "readers.webdataset":
+        return None
+    paths = getattr(dict(reader.kwargs).get("paths"), "value", None)
+    if isinstance(paths, (list, tuple)) and len(paths) == 1:
+        paths = paths[0]
+    if not isinstance(paths, str) or not Path(paths).is_dir():
+        return None
+    split = find_shard_split(paths)
+    if split is None:
+        return None
+    return tuple(str(p) for p in split.shards), tuple(str(p) for p in split.indexes)
 
 
 def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMap | None) -> str | None:
