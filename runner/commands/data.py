@@ -152,6 +152,11 @@ def run_synth(args) -> int:
 def run_check(args) -> int:
     """Each split of DIR, or DIR itself, checked as one ImageFolder; exit 1 when any file does not decode."""
     root = Path(args.dir)
+    from runner.data.shardset import shard_splits
+
+    shards = shard_splits(root)
+    if shards is not None:
+        return _check_shards(shards, args)
     splits = _splits(root)
     if args.output and splits != [""]:
         raise DataError(f"holds splits ({', '.join(splits)}), each with its own skip list in its folder; --output "
@@ -162,6 +167,28 @@ def run_check(args) -> int:
         if split:
             console.out.print(f"[bold]split {escape(split)}[/bold]")
         worst = max(worst, _check_one(root / split, args))
+    return worst
+
+
+def _check_shards(shards, args) -> int:
+    """Each split of a shard set: the run's checks (a broken shard stops here), then every sample decoded."""
+    from runner.data.shard_check import check_shard_images
+
+    if args.output:
+        raise DataError("names a skip list for an ImageFolder; a shard set lists the files its build left out in "
+                        "its manifest, and a bad sample here means rebuilding its shard.", where="--output")
+    worst = 0
+    for split in shards:
+        if split.split:
+            console.out.print(f"[bold]split {escape(split.split)}[/bold]")
+        with progress_bar("decoding") as progress:
+            report = check_shard_images(split, workers=args.workers, progress=progress)
+        if report.bad:
+            console.out.print(_issues_table(f"{len(report.bad)} sample(s) that do not decode or are mislabelled",
+                                            report.bad))
+        console.out.print(_decoded_line(report).replace(" files decode", " samples decode")
+                          + f" {len(split.shards)} shard(s) and their indexes whole.")
+        worst = max(worst, 0 if report.ok else 1)
     return worst
 
 
@@ -221,6 +248,22 @@ def run_fingerprint(args) -> int:
     from runner.data.scan import fingerprint
 
     folder = Path(args.dir)
+    from runner.data.shardset import shard_fingerprint, shard_splits
+
+    shards = shard_splits(folder)
+    if shards is not None:
+        for split in shards:
+            fp = shard_fingerprint(split)
+            console.out.print(f"{escape(display_path(split.folder))}: {escape(split.describe())}; {fp['files']} "
+                              f"samples in {len(split.shards)} shard(s), {fp['classes']} classes, {fp['bytes']} bytes")
+            console.out.print(f"sha256 {fp['sha256']}")
+        manifest = shards[0].manifest
+        console.out.print(f"made from {escape(str(manifest.get('source')))}"
+                          + (f" ({escape(manifest['source_cache'])})" if manifest.get("source_cache") else ""))
+        for split, fp in (manifest.get("source_fingerprint") or {}).items():
+            console.out.print(f"  source {split or '(one split)'}: {fp['files']} files in {fp['classes']} classes, "
+                              f"{fp['bytes']} bytes, sha256 {fp['sha256']}")
+        return 0
     found = find_manifest(folder)
     if found and found[0] == folder:  # a cache root: its splits, as the runs read them
         splits = list((found[1].get("summary") or {}).get("splits") or [""])

@@ -74,8 +74,13 @@ def print_validated(v: Validated) -> None:
         ["data", data],
     ]
     if v.labels is not None:
-        rows.append(["labels", f"{len(v.labels)} classes, numbered by the class folders of "
-                               f"{display_path(v.labels.folder)}; every split is labelled by class name"])
+        from runner.data.shardset import LABELS, find_shard_split
+
+        shards = find_shard_split(v.labels.folder)
+        source = (f"the map of the shards' labels, {display_path(shards.root / LABELS)}" if shards is not None
+                  else f"the class folders of {display_path(v.labels.folder)}")
+        rows.append(["labels", f"{len(v.labels)} classes, numbered by {source}; every split is labelled by class "
+                               "name"])
     parts = dict(zip(("train", HYBRID), hybrid_batches(cfg.data, cfg.pipelines.train.hybrid))) if HYBRID in v.graphs else {}
     for role, g in v.graphs.items():
         rows.append([f"{role} pipeline", f"{g.graph.name} ({display_path(g.graph.file) if not isinstance(g.graph.file, str) else g.graph.file}): "

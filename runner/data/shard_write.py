@@ -110,6 +110,7 @@ def build_shards(src: Path, dst: Path, *, format: str = "webdataset", shard_mb: 
         _remove_unplanned(dst / split, {Path(t.tar).name for t in plans[split]})
     outcomes = map_in_pool(_write_shard, tasks, workers=workers, progress=progress, initializer=setup_decoder)
     manifest, summary = _summarise(src, dst, settings, splits, labels, tasks, outcomes, time.perf_counter() - start)
+    manifest["train_split"] = train_split if splits != [""] else ""
     (dst / LABELS).write_text(labels.to_json(), encoding="utf-8")
     _write_skip_list(summary)
     write_json_atomic(dst / MARKER, manifest)
@@ -251,6 +252,7 @@ def _write_shard(task: _ShardTask) -> _Outcome:
         tmp.unlink(missing_ok=True)
         raise
     record = {"name": tar.name, "index": index.name, "samples": len(labels), "bytes": tar.stat().st_size,
+              "mtime_ns": tar.stat().st_mtime_ns,
               "index_sha256": index_digest(index), "labels": [min(labels), max(labels)] if labels else [0, -1],
               "source_bytes": source_bytes, "plan": task.digest, "skipped": [list(x) for x in skipped]}
     write_json_atomic(_record_path(tar), record)

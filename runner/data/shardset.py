@@ -10,8 +10,9 @@ Layout (DST made from a folder of splits; from one ImageFolder, the shards lie i
 
 A split is checked before a run reads it: every shard has its index, the index belongs to the shard (the tar's
 entry names at the offsets it gives), the tar is as long as the index says, every sample has an image and a
-label, and the labels lie within the classes. What the manifest recorded is trusted for shards whose size and
-index are the ones it recorded; any other shard has its labels read.
+label, and the labels lie within the classes. What the manifest recorded is trusted for shards whose size,
+modification time and index are the ones it recorded; any other shard (changed, or copied without keeping its
+times) has its labels read.
 """
 from __future__ import annotations
 
@@ -117,7 +118,8 @@ class ShardSplit:
 
     def describe(self) -> str:
         s = self.manifest.get("settings") or {}
-        order = "in the source's order" if s.get("shuffle_seed") is None else f"shuffled with seed {s['shuffle_seed']}"
+        shuffled = s.get("shuffle_seed") is not None and self.split in ("", self.manifest.get("train_split"))
+        order = f"shuffled with seed {s['shuffle_seed']}" if shuffled else "in the source's order"
         return (f"{s.get('format')} shards of about {s.get('shard_mb')} MB, {order}"
                 + ("" if self.manifest.get("complete") else " (incomplete: its build did not finish)"))
 
@@ -141,6 +143,20 @@ def find_shard_split(folder: str | Path) -> ShardSplit | None:
         if split == "":
             return None  # a shard set's root, read as a folder of splits
     return None
+
+
+def shard_splits(folder: str | Path) -> list[ShardSplit] | None:
+    """Every split of the shard set at `folder` (its root, or one split of it); None for other folders."""
+    folder = Path(folder)
+    if (folder / MARKER).is_file():
+        found = find_shard_split(folder)
+        if found is not None:
+            return [found]
+        manifest = json.loads((folder / MARKER).read_text())
+        return [ShardSplit(folder=folder / name, root=folder, split=name, manifest=manifest)
+                for name in manifest.get("splits") or {}]
+    found = find_shard_split(folder)
+    return None if found is None else [found]
 
 
 def is_shard_split(folder: str | Path) -> bool:
@@ -203,7 +219,8 @@ def _check_shard(tar: Path, record: dict, classes: int, known: int, rebuild: str
             raise DataError(f"sample '{sample.key}' has no label: no '{LABEL_EXT}' component (it has "
                             f"{', '.join(sample.components)}). Every sample needs one, or the reader would hand it "
                             f"out with an empty label; run {rebuild}.", file=tar)
-    trusted = record.get("bytes") == size and record.get("index_sha256") == index_digest(index)
+    trusted = (record.get("bytes") == size and record.get("mtime_ns") == tar.stat().st_mtime_ns
+               and record.get("index_sha256") == index_digest(index))
     low, high = (record.get("labels") or (0, -1)) if trusted else _label_range(tar, samples)
     if low < 0 or high >= classes:
         what = "the model's outputs (model.num_classes)" if classes < known else f"the {known} classes of the set"
