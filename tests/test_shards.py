@@ -315,3 +315,29 @@ def test_a_model_with_fewer_outputs_than_the_shards_classes_is_refused(project, 
     path = experiment(project / "experiments", ordered, shards=True, classes=2)
     code, _, err = run_cli(["launch", path], capsys)
     assert code == 2 and "Set model.num_classes=3" in " ".join(err.split())
+
+
+def test_evaluate_on_shards_scores_a_folder_run_as_its_folder_does(project, images, ordered, capsys):
+    from mlflow import MlflowClient
+
+    path = experiment(project / "experiments", images, shards=False)
+    assert run_cli(["launch", path], capsys)[0] == 0
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    run = client.search_runs([client.get_experiment_by_name("shards").experiment_id])[0]
+    code, _, err = run_cli(["evaluate", run.info.run_id, f"data.root={ordered}", "pipelines.eval.use=imagenet_eval_wds",
+                            "pipelines.train.use=imagenet_train_wds"], capsys)
+    assert code == 0, err
+    evaluated = client.search_runs([run.info.experiment_id], "tags.`runner.evaluates` != ''") or \
+        [r for r in client.search_runs([run.info.experiment_id]) if r.info.run_id != run.info.run_id]
+    top1 = {k: v for k, v in evaluated[0].data.metrics.items() if k.endswith("top1")}
+    assert top1 and all(v == run.data.metrics["eval/top1"] for v in top1.values())
+
+
+def test_a_file_reader_on_shards_and_a_shard_reader_on_files_say_which_pipeline(project, images, ordered, capsys):
+    code, _, err = run_cli(["launch", experiment(project / "experiments", ordered, shards=False)], capsys)
+    assert code == 2
+    assert "holds WebDataset shards (`runner data shard`), but the train pipeline reads files with readers.file. " \
+           "Read them with a readers.webdataset pipeline: pipelines.train.use=imagenet_train_wds." in " ".join(err.split())
+    code, _, err = run_cli(["launch", experiment(project / "experiments", images, shards=True)], capsys)
+    assert code == 2
+    assert "which holds no shards that `runner data shard` wrote" in " ".join(err.split())

@@ -177,7 +177,7 @@ def build_command(split: ShardSplit) -> str:
 
 def check_shard_split(split: ShardSplit, num_classes: int | None = None) -> None:
     """DataError, one paragraph naming the shard, for a split a reader must not read (see the module docstring)."""
-    rebuild = (f"`{build_command(split)}` rewrites only the shards that are not whole (the others are kept)")
+    rebuild = f"`{build_command(split)}` (it rewrites only the shards that are not whole)"
     if not split.manifest.get("complete"):
         raise DataError(f"is a shard set whose build did not finish, so it holds only part of its source "
                         f"{split.manifest.get('source')}. Run {rebuild}.", file=split.root)

@@ -178,7 +178,11 @@ def reader_shards(graph) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         return None
     split = find_shard_split(paths)
     if split is None:
-        return None
+        graph = graph.graph
+        raise ConfigError(f"readers.webdataset's paths names the folder {paths}, which holds no shards that `runner "
+                          "data shard` wrote (no .runner-shards.json in it or above it). Write them with `runner data "
+                          "shard SRC DST` and set data.root=DST, or read this folder with a readers.file pipeline "
+                          "(imagenet_train, imagenet_eval).", file=graph.file, where=f"{graph.name} pipeline")
     return tuple(str(p) for p in split.shards), tuple(str(p) for p in split.indexes)
 
 
@@ -196,6 +200,12 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
     folder = Path(root.value)
     if not folder.is_dir():
         return None  # the reader names it when it starts
+    from runner.data.shardset import is_shard_split
+
+    if is_shard_split(folder):
+        raise ConfigError(f"{folder} holds WebDataset shards (`runner data shard`), but the {role} pipeline reads "
+                          "files with readers.file. Read them with a readers.webdataset pipeline: "
+                          f"pipelines.{role}.use=imagenet_{role}_wds.", **loaded.at(f"pipelines.{role}"))
     from runner.data.skips import labelled_file_list
 
     scan = scan_split_at(loaded, role, folder, reader_suffixes(graph))
