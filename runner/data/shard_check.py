@@ -44,15 +44,10 @@ def _check_shard(task: tuple[str, int]) -> tuple[list[tuple[str, str]], Counter,
     issues, formats, modes = [], Counter(), Counter()
     with open(tar, "rb") as f:
         for sample, label in zip(samples, labels):
-            def read(ext: str) -> bytes:
-                offset, size, _ = sample.components[ext]
-                f.seek(offset)
-                return f.read(size)
-
             source = ""
             if META_EXT in sample.components:
                 try:
-                    source = f" ({json.loads(read(META_EXT))['path']})"
+                    source = f" ({json.loads(_read(f, sample, META_EXT))['path']})"
                 except (ValueError, KeyError, TypeError):
                     pass
             where = f"{tar.name}: {sample.key}{source}"
@@ -60,13 +55,19 @@ def _check_shard(task: tuple[str, int]) -> tuple[list[tuple[str, str]], Counter,
                 issues.append((where, f"label {label} is beyond the {classes} classes ({LABEL_EXT})"))
                 continue
             ext = next(e for e in IMAGE_EXTS if e in sample.components)
-            reason, fmt, mode = decode_bytes(read(ext))
+            reason, fmt, mode = decode_bytes(_read(f, sample, ext))
             if reason:
                 issues.append((where, reason))
             else:
                 formats[fmt] += 1
                 modes[mode] += 1
     return issues, formats, modes, len(samples)
+
+
+def _read(f, sample, ext: str) -> bytes:
+    offset, size, _ = sample.components[ext]
+    f.seek(offset)
+    return f.read(size)
 
 
 def decode_bytes(data: bytes) -> tuple[str | None, str | None, str | None]:
