@@ -209,17 +209,18 @@ CASES = [
     Case("missing pipeline file", exp=EXP.replace("use: imagenet_eval", "use: imagenet_evl"),
          expected="experiments/exp.yaml:6: pipelines.eval.use: pipeline 'imagenet_evl' not found (looked in "
                   "{project}/pipelines, {repo}/pipelines). Did you mean 'imagenet_eval'? Available pipelines: "
-                  "imagenet_eval, imagenet_eval_cache, imagenet_train, imagenet_train_cache, imagenet_train_fused, "
-                  "imagenet_train_randaugment, imagenet_train_timm, imagenet_train_trivialaugment."),
+                  "imagenet_eval, imagenet_eval_cache, imagenet_eval_wds, imagenet_train, imagenet_train_cache, "
+                  "imagenet_train_fused, imagenet_train_randaugment, imagenet_train_timm, imagenet_train_trivialaugment, "
+                  "imagenet_train_wds."),
     Case("missing pipeline file given as a path", exp=EXP.replace("use: imagenet_eval", "use: ../pipelines/evl.yaml"),
          expected="experiments/exp.yaml:6: pipelines.eval.use: pipeline '../pipelines/evl.yaml' not found (looked in "
                   "{project}/experiments, {project}). Available pipelines: imagenet_eval, imagenet_eval_cache, "
-                  "imagenet_train, imagenet_train_cache, imagenet_train_fused, imagenet_train_randaugment, "
-                  "imagenet_train_timm, imagenet_train_trivialaugment."),
+                  "imagenet_eval_wds, imagenet_train, imagenet_train_cache, imagenet_train_fused, "
+                  "imagenet_train_randaugment, imagenet_train_timm, imagenet_train_trivialaugment, imagenet_train_wds."),
     Case("pipeline param it lacks", args=[*VALIDATE, "pipelines.train.params.sise=64"],
          expected="command line 'pipelines.train.params.sise=64': pipelines.train.params.sise: pipeline "
                   "'imagenet_train' has no parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, "
-                  "decode_device, hw_decoder_load."),
+                  "shuffle, decode_device, hw_decoder_load."),
     Case("compile mode torch does not have", args=[*VALIDATE, "trainer.compile_mode=fast"],
          expected="command line 'trainer.compile_mode=fast': trainer.compile_mode: 'fast' is not valid; expected one "
                   "of: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs."),
@@ -237,7 +238,7 @@ CASES = [
     Case("hybrid copy param the pipeline lacks", args=[*VALIDATE, "pipelines.train.hybrid.params.decode=cpu"],
          expected="command line 'pipelines.train.hybrid.params.decode=cpu': pipelines.train.hybrid.params.decode: "
                   "pipeline 'imagenet_train' has no parameter 'decode'. Did you mean 'decode_device'? Its parameters: "
-                  "data_root, size, decode_device, hw_decoder_load."),
+                  "data_root, size, shuffle, decode_device, hw_decoder_load."),
     Case("hybrid eval pipeline", args=[*VALIDATE, "pipelines.eval.hybrid.params.size=32"],
          expected="command line 'pipelines.eval.hybrid.params.size=32': pipelines.eval.hybrid: only the train "
                   "pipeline can be split between two copies; remove 'pipelines.eval.hybrid' (evaluation is not what "

@@ -516,7 +516,7 @@ SHIPPED_SUITES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "
 
 def test_the_shipped_suites_are_the_ones_checked_below():
     assert SHIPPED_SUITES == ["compact-cache", "cpu", "gpu", "gpu-loaders", "gpu-overhead", "jpeg-compiled",
-                              "recipe-cost", "recipe-parts", "stream-priority-eager"]
+                              "recipe-cost", "recipe-parts", "shards", "shards-cpu", "stream-priority-eager"]
 
 
 @pytest.mark.parametrize("name", SHIPPED_SUITES)
