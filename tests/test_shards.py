@@ -341,3 +341,22 @@ def test_a_file_reader_on_shards_and_a_shard_reader_on_files_say_which_pipeline(
     code, _, err = run_cli(["launch", experiment(project / "experiments", images, shards=True)], capsys)
     assert code == 2
     assert "which holds no shards that `runner data shard` wrote" in " ".join(err.split())
+
+
+def test_reproduce_compares_the_shards_a_run_read_with_the_ones_here(project, images, capsys):
+    from mlflow import MlflowClient
+
+    from runner.data.shard_write import build_shards
+
+    root = project / "shards"
+    build_shards(images, root, shuffle_seed=None, workers=1)
+    assert run_cli(["launch", experiment(project / "experiments", root, shards=True)], capsys)[0] == 0
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    run_id = client.search_runs([client.get_experiment_by_name("shards").experiment_id])[0].info.run_id
+    code, out, err = run_cli(["reproduce", run_id, "--dry-run"], capsys)
+    assert code == 0 and "the data differs" not in out + err
+    shutil.rmtree(root)
+    build_shards(images, root, shuffle_seed=9, workers=1)  # the same images, written in another order
+    code, out, err = run_cli(["reproduce", run_id, "--dry-run"], capsys)
+    assert code == 0
+    assert "data (train)" in out + err and "the data differs from what the run read" in " ".join((out + err).split())
