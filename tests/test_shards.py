@@ -360,3 +360,20 @@ def test_reproduce_compares_the_shards_a_run_read_with_the_ones_here(project, im
     code, out, err = run_cli(["reproduce", run_id, "--dry-run"], capsys)
     assert code == 0
     assert "data (train)" in out + err and "the data differs from what the run read" in " ".join((out + err).split())
+
+
+def test_a_compact_jpeg_cache_shards_and_its_manifest_says_so(tmp_path, images, capsys):
+    assert run_cli(["data", "cache", images, tmp_path / "jpeg", "--format", "jpeg", "--max-side", "48"], capsys)[0] == 0
+    (tmp_path / "s" / "train").mkdir(parents=True)
+    dead = tmp_path / "s" / "train" / f".shard-000000.tar.tmp-{__import__('socket').gethostname()}-999999999"
+    code, out, _ = run_cli(["data", "shard", tmp_path / "jpeg", tmp_path / "s"], capsys)
+    assert code == 2 and "not a shard set made by runner" in " ".join(out.split() + _.split())
+    shutil.rmtree(tmp_path / "s")
+    assert run_cli(["data", "shard", tmp_path / "jpeg", tmp_path / "s"], capsys)[0] == 0
+    manifest = json.loads((tmp_path / "s" / ".runner-shards.json").read_text())
+    assert manifest["source_cache"].startswith("JPEG cache, longer side <= 48 px")
+    assert manifest["splits"]["train"]["samples"] == 24
+    dead.parent.mkdir(parents=True, exist_ok=True)
+    dead.write_bytes(b"left by a build that was killed")
+    assert run_cli(["data", "shard", tmp_path / "jpeg", tmp_path / "s"], capsys)[0] == 0
+    assert not dead.exists()

@@ -181,7 +181,17 @@ def _plan(src: Path, dst: Path, split: str, scan, labels: LabelMap, settings: di
 
 
 def _remove_unplanned(folder: Path, planned: set[str]) -> None:
-    """Shards of an earlier build that this plan does not have (the source changed): ours, in our folder."""
+    """Shards of an earlier build that this plan does not have (the source changed), and the temporary files of
+    builds on this machine whose process is gone: ours, in our folder."""
+    import re
+
+    from runner.data.pool import process_alive
+
+    temp = re.compile(rf"\.(.+)\.tmp-{re.escape(socket.gethostname())}-(\d+)")
+    for path in folder.glob(".*.tmp-*"):
+        match = temp.fullmatch(path.name)
+        if match and not process_alive(int(match.group(2))):
+            path.unlink(missing_ok=True)
     for tar in folder.glob(f"{SHARD_PREFIX}*{TAR}"):
         if tar.name not in planned:
             for path in (tar, tar.with_suffix(INDEX), _record_path(tar)):
