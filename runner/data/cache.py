@@ -140,13 +140,13 @@ def find_splits(src: Path) -> list[str]:
     return [e.name for e in subfolders]
 
 
-def check_outside_source(src: Path, dst: Path) -> None:
+def check_outside_source(src: Path, dst: Path, what: str = "cache") -> None:
     s, d = src.resolve(), dst.resolve()
     if s == d or s in d.parents:
         raise DataError(f"is inside the source folder {display_path(src)}; the reader would take its folders for "
-                        "classes. Put the cache outside the dataset.", file=dst)
+                        f"classes. Put the {what} outside the dataset.", file=dst)
     if d in s.parents:
-        raise DataError(f"holds the source folder {display_path(src)}; put the cache in a folder of its own.",
+        raise DataError(f"holds the source folder {display_path(src)}; put the {what} in a folder of its own.",
                         file=dst)
 
 
