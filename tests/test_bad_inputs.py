@@ -199,7 +199,7 @@ CASES = [
          expected="pipelines/mine.yaml:4: step 2 (images = decoders.imag(jpegs, output_type=RGB)): unknown operator "
                   "'decoders.imag'. Did you mean 'decoders.image'? Operators are DALI's fn names, such as "
                   "readers.file, decoders.image, resize, crop_mirror_normalize, random.coin_flip; `runner ops` lists "
-                  "all 137."),
+                  "all 138."),
     Case("unknown argument", exp=EXP_MINE, pipe=PIPE.replace("resize_x=32", "resize_shortr=32"),
          expected="pipelines/mine.yaml:5: step 3 (images = resize(images, resize_shortr=32, resize_y=32)): unknown "
                   "argument 'resize_shortr'. resize takes: antialias, bytes_per_sample_hint, dtype, interp_type, "
@@ -209,14 +209,15 @@ CASES = [
     Case("missing pipeline file", exp=EXP.replace("use: imagenet_eval", "use: imagenet_evl"),
          expected="experiments/exp.yaml:6: pipelines.eval.use: pipeline 'imagenet_evl' not found (looked in "
                   "{project}/pipelines, {repo}/pipelines). Did you mean 'imagenet_eval'? Available pipelines: "
-                  "imagenet_eval, imagenet_eval_cache, imagenet_eval_wds, imagenet_train, imagenet_train_cache, "
-                  "imagenet_train_fused, imagenet_train_randaugment, imagenet_train_timm, imagenet_train_trivialaugment, "
-                  "imagenet_train_wds."),
+                  "imagenet_eval, imagenet_eval_cache, imagenet_eval_tfrecord, imagenet_eval_wds, imagenet_train, "
+                  "imagenet_train_cache, imagenet_train_fused, imagenet_train_randaugment, imagenet_train_tfrecord, "
+                  "imagenet_train_timm, imagenet_train_trivialaugment, imagenet_train_wds."),
     Case("missing pipeline file given as a path", exp=EXP.replace("use: imagenet_eval", "use: ../pipelines/evl.yaml"),
          expected="experiments/exp.yaml:6: pipelines.eval.use: pipeline '../pipelines/evl.yaml' not found (looked in "
                   "{project}/experiments, {project}). Available pipelines: imagenet_eval, imagenet_eval_cache, "
-                  "imagenet_eval_wds, imagenet_train, imagenet_train_cache, imagenet_train_fused, "
-                  "imagenet_train_randaugment, imagenet_train_timm, imagenet_train_trivialaugment, imagenet_train_wds."),
+                  "imagenet_eval_tfrecord, imagenet_eval_wds, imagenet_train, imagenet_train_cache, imagenet_train_fused, "
+                  "imagenet_train_randaugment, imagenet_train_tfrecord, imagenet_train_timm, imagenet_train_trivialaugment, "
+                  "imagenet_train_wds."),
     Case("pipeline param it lacks", args=[*VALIDATE, "pipelines.train.params.sise=64"],
          expected="command line 'pipelines.train.params.sise=64': pipelines.train.params.sise: pipeline "
                   "'imagenet_train' has no parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, "

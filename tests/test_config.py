@@ -251,8 +251,8 @@ def test_unknown_pipeline_and_param(project):
     assert "Did you mean 'imagenet_train'? Available pipelines: imagenet_eval, " in error_of(path)
     path = write(project, "pipelines: {train: {use: imagenet_train, params: {sise: 3}}}\n")
     assert error_of(path) == ("experiments/exp.yaml:1: pipelines.train.params.sise: pipeline 'imagenet_train' has no "
-                              "parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, decode_device, "
-                              "hw_decoder_load.")
+                              "parameter 'sise'. Did you mean 'size'? Its parameters: data_root, size, shuffle, "
+                              "decode_device, hw_decoder_load.")
 
 
 def test_no_pipeline(project):

@@ -30,12 +30,11 @@ tracking: {{experiment: shards}}
 
 
 def experiment(folder: Path, root: Path, *, shards: bool, classes: int = 3, name: str | None = None,
-               train_params: str = "") -> Path:
-    path = folder / (name or ("wds.yaml" if shards else "folder.yaml"))
-    path.write_text(EXPERIMENT.format(
-        root=root, classes=classes, train_params=train_params,
-        train="imagenet_train_wds" if shards else "imagenet_train",
-        eval="imagenet_eval_wds" if shards else "imagenet_eval"))
+               train_params: str = "", format: str = "webdataset") -> Path:
+    suffix = {"webdataset": "_wds", "tfrecord": "_tfrecord"}[format] if shards else ""
+    path = folder / (name or f"exp{suffix or '_folder'}.yaml")
+    path.write_text(EXPERIMENT.format(root=root, classes=classes, train_params=train_params,
+                                      train=f"imagenet_train{suffix}", eval=f"imagenet_eval{suffix}"))
     return path
 
 
@@ -63,11 +62,20 @@ def images(module_tmp) -> Path:
 
 @pytest.fixture(scope="module")
 def ordered(module_tmp, images) -> Path:
-    """The images as shards in the folder's own order (--shuffle-seed none), about 3 shards for train."""
+    """The images as shards in the folder's own order (--shuffle-seed none), several shards for train."""
     from runner.data.shard_write import build_shards
 
     build_shards(images, module_tmp / "ordered", shard_mb=0.02, shuffle_seed=None, workers=2)
     return module_tmp / "ordered"
+
+
+@pytest.fixture(scope="module")
+def ordered_tfrecord(module_tmp, images) -> Path:
+    from runner.data.shard_write import build_shards
+
+    build_shards(images, module_tmp / "ordered-tfrecord", format="tfrecord", shard_mb=0.02, shuffle_seed=None,
+                 workers=2)
+    return module_tmp / "ordered-tfrecord"
 
 
 # ---- writing --------------------------------------------------------------------------------------
@@ -169,14 +177,17 @@ def batches(path: Path, role: str, rank: int, world: int, epochs: int = 2) -> li
     return [[(x.clone(), y.clone()) for x, y in loader.epoch()] for _ in range(epochs)]
 
 
+@pytest.mark.parametrize("format", ["webdataset", "tfrecord"])
 @pytest.mark.parametrize("role", ["train", "eval"])
 @pytest.mark.parametrize("rank,world", [(0, 1), (1, 2)])
-def test_shards_give_the_image_folders_batches_bit_for_bit(tmp_path, images, ordered, role, rank, world):
+def test_shards_give_the_image_folders_batches_bit_for_bit(tmp_path, images, ordered, ordered_tfrecord, format, role,
+                                                           rank, world):
     # the same images in the same order: the folder's files, its shards written in that order; train with the
-    # readers' shuffles off (the file reader permutes images, the shard reader shards)
+    # readers' shuffles off (the file reader permutes images, the shard readers shards)
     params = ", shuffle: false"
+    root = ordered if format == "webdataset" else ordered_tfrecord
     folder = batches(experiment(tmp_path, images, shards=False, train_params=params), role, rank, world)
-    shards = batches(experiment(tmp_path, ordered, shards=True, train_params=params), role, rank, world)
+    shards = batches(experiment(tmp_path, root, shards=True, train_params=params, format=format), role, rank, world)
     for a, b in zip(folder, shards):
         assert len(a) == len(b) > 0
         for (xa, ya), (xb, yb) in zip(a, b):
@@ -377,3 +388,84 @@ def test_a_compact_jpeg_cache_shards_and_its_manifest_says_so(tmp_path, images, 
     dead.write_bytes(b"left by a build that was killed")
     assert run_cli(["data", "shard", tmp_path / "jpeg", tmp_path / "s"], capsys)[0] == 0
     assert not dead.exists()
+
+
+# ---- TFRecord -------------------------------------------------------------------------------------------
+
+def test_tfrecord_shards_hold_examples_with_the_source_bytes_and_labels(ordered_tfrecord, images):
+    from runner.data.tfrecord import CLASS_KEY, IMAGE_KEY, LABEL_KEY, NAME_KEY, parse_index, read_examples
+
+    manifest = json.loads((ordered_tfrecord / ".runner-shards.json").read_text())
+    assert manifest["settings"]["format"] == "tfrecord" and manifest["splits"]["train"]["samples"] == 24
+    seen = []
+    for shard in sorted((ordered_tfrecord / "train").glob("*.tfrecord")):
+        index = parse_index(shard.with_suffix(".idx"))
+        assert index[0][0] == 0 and sum(size for _, size in index) == shard.stat().st_size
+        for example in read_examples(shard, index):
+            name = example[NAME_KEY].decode()
+            assert example[IMAGE_KEY] == (images / "train" / name).read_bytes()
+            assert example[CLASS_KEY].decode() == name.split("/")[0] == f"c{example[LABEL_KEY]}"
+            seen.append(name)
+    assert seen == sorted(seen) and len(seen) == 24    # --shuffle-seed none: the folder's order
+
+
+def _tf_rewrite(root: Path, change) -> None:
+    """train/shard-000001.tfrecord written again with change(features) on its first record, and indexed."""
+    from tfrecord.writer import TFRecordWriter
+
+    from runner.data.tfrecord import parse_index, read_examples
+
+    shard = root / "train" / "shard-000001.tfrecord"
+    examples = read_examples(shard, parse_index(shard.with_suffix(".idx")))
+    change(examples[0])
+    writer = TFRecordWriter(str(shard))
+    for example in examples:
+        writer.write({k: (v, "int" if isinstance(v, int) else "byte") for k, v in example.items()})
+    writer.close()
+    offsets, offset = [], 0
+    data = shard.read_bytes()
+    while offset < len(data):
+        size = struct.unpack("<Q", data[offset:offset + 8])[0] + 16
+        offsets.append(f"{offset} {size}\n")
+        offset += size
+    shard.with_suffix(".idx").write_text("".join(offsets))
+
+
+TF_BROKEN = {
+    "truncated": (lambda r: (r / "train" / "shard-000001.tfrecord").write_bytes(
+        (r / "train" / "shard-000001.tfrecord").read_bytes()[:3000]), "shard-000001.tfrecord: is cut short"),
+    "missing index": (lambda r: (r / "train" / "shard-000001.idx").unlink(),
+                      "shard-000001.tfrecord: has no index shard-000001.idx beside it."),
+    "index of another shard": (lambda r: shutil.copyfile(r / "train" / "shard-000002.idx", r / "train" / "shard-000001.idx"),
+                               "shard-000001.tfrecord: does not match its index shard-000001.idx"),
+    "sample without a label": (lambda r: _tf_rewrite(r, lambda e: e.pop("image/class/label")),
+                               "shard-000001.tfrecord: record 0 has no label: no single int64 'image/class/label'"),
+    "label beyond the classes": (lambda r: _tf_rewrite(r, lambda e: e.update({"image/class/label": 9})),
+                                 "shard-000001.tfrecord: holds label 9, beyond the 3 classes of the set"),
+}
+
+
+@pytest.mark.parametrize("case", list(TF_BROKEN))
+def test_a_broken_tfrecord_shard_stops_the_launch_with_one_paragraph(project, ordered_tfrecord, case, capsys):
+    break_it, message = TF_BROKEN[case]
+    root = project / "shards"
+    shutil.copytree(ordered_tfrecord, root)
+    break_it(root)
+    before = digest(root)
+    code, _, err = run_cli(["launch", experiment(project / "experiments", root, shards=True, format="tfrecord")], capsys)
+    assert code == 2
+    assert message in " ".join(err.split())
+    assert "Traceback" not in err and len(err.strip().split("\n\n")) == 1
+    assert digest(root) == before
+
+
+def test_data_check_decodes_every_tfrecord_sample(ordered_tfrecord, capsys):
+    code, out, _ = run_cli(["data", "check", ordered_tfrecord], capsys)
+    assert code == 0 and "24 of 24 samples decode (JPEG 24)." in out
+
+
+def test_a_webdataset_reader_on_tfrecord_shards_names_the_pipelines(project, ordered_tfrecord, capsys):
+    code, _, err = run_cli(["launch", experiment(project / "experiments", ordered_tfrecord, shards=True)], capsys)
+    assert code == 2
+    assert "holds tfrecord shards, which readers.webdataset does not read: use the imagenet_*_tfrecord pipelines." \
+        in " ".join(err.split())

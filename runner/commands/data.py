@@ -78,11 +78,14 @@ def register(sub) -> None:
     k.set_defaults(handler=run_cache)
 
     h = actions.add_parser("shard", help="write an ImageFolder (each split of a folder of splits, or a JPEG cache) as "
-                                         "WebDataset shards with DALI's index files, read by pipelines/imagenet_*_wds")
+                                         "WebDataset (or TFRecord) shards with DALI's index files, read by pipelines/imagenet_*_wds "
+                                         "(imagenet_*_tfrecord)")
     h.add_argument("src", metavar="SRC", help=FOLDER_OF_SPLITS.format(root="SRC"))
     h.add_argument("dst", metavar="DST", help="folder of shards to create or resume; one folder per split of SRC")
-    h.add_argument("--format", choices=("webdataset",), default="webdataset",
-                   help="webdataset: tar shards with DALI's .idx index per shard (default: %(default)s)")
+    h.add_argument("--format", choices=("webdataset", "tfrecord"), default="webdataset",
+                   help="webdataset: tar shards, read by pipelines/imagenet_*_wds; tfrecord: TFRecord files of "
+                        "tf.train.Example, read by pipelines/imagenet_*_tfrecord; each with DALI's .idx index "
+                        "(default: %(default)s)")
     h.add_argument("--shard-size", type=_megabytes, default=256, metavar="MB",
                    help="about this many MB (10^6 bytes) of images per shard (default: %(default)s)")
     h.add_argument("--shuffle-seed", type=_seed, default=0, metavar="S",

@@ -24,7 +24,8 @@ def check_shard_images(split: ShardSplit, *, workers: int | None = None,
     """A CheckReport whose `bad` names samples as 'SHARD.tar: KEY (class/file)' with why they fail."""
     check_shard_split(split)
     tasks = [(str(tar), len(split.classes)) for tar in split.shards]
-    results = map_in_pool(_check_shard, tasks, workers=workers, progress=progress, initializer=setup_decoder)
+    check = _check_tfrecord if split.format == "tfrecord" else _check_shard
+    results = map_in_pool(check, tasks, workers=workers, progress=progress, initializer=setup_decoder)
     bad, formats, modes, checked = [], Counter(), Counter(), 0
     for issues, fmts, mds, n in results:
         bad += [FileIssue(*issue) for issue in issues]
@@ -62,6 +63,29 @@ def _check_shard(task: tuple[str, int]) -> tuple[list[tuple[str, str]], Counter,
                 formats[fmt] += 1
                 modes[mode] += 1
     return issues, formats, modes, len(samples)
+
+
+def _check_tfrecord(task: tuple[str, int]) -> tuple[list[tuple[str, str]], Counter, Counter, int]:
+    from runner.data.tfrecord import IMAGE_KEY, LABEL_KEY, NAME_KEY, read_examples
+    from runner.data.tfrecord import parse_index as parse_records
+
+    shard, classes = Path(task[0]), task[1]
+    examples = read_examples(shard, parse_records(shard.with_suffix(".idx")))
+    issues, formats, modes = [], Counter(), Counter()
+    for n, example in enumerate(examples):
+        name = example.get(NAME_KEY)
+        where = f"{shard.name}: record {n}" + (f" ({name.decode('utf-8', 'replace')})" if isinstance(name, bytes) else "")
+        label = example.get(LABEL_KEY)
+        if not isinstance(label, int) or not 0 <= label < classes:
+            issues.append((where, f"label {label} is beyond the {classes} classes ({LABEL_KEY})"))
+            continue
+        reason, fmt, mode = decode_bytes(example.get(IMAGE_KEY) or b"")
+        if reason:
+            issues.append((where, reason))
+        else:
+            formats[fmt] += 1
+            modes[mode] += 1
+    return issues, formats, modes, len(examples)
 
 
 def _read(f, sample, ext: str) -> bytes:

@@ -1,10 +1,11 @@
-"""`runner data shard`: an ImageFolder (or a folder of splits, or a compact JPEG cache) as WebDataset shards.
+"""`runner data shard`: an ImageFolder (or a folder of splits, or a compact JPEG cache) as WebDataset or TFRecord
+shards.
 
 Each split's images are put in order (the train split shuffled with --shuffle-seed, the others in the order
 DALI's file reader reads them), dealt into shards of about --shard-size MB, and each shard is written by one
-process with webdataset's TarWriter: the source file's bytes as they are, the label by class name from the
-train split's map, and the source path. DALI's own wds2idx writes each shard's index. Layout and checks:
-runner/data/shardset.py.
+process (webdataset's TarWriter, or the tfrecord package's Example records: runner/data/tfrecord.py): the source
+file's bytes as they are, the label by class name from the train split's map, and the source path. DALI's own
+wds2idx writes a tar's index. Layout and checks: runner/data/shardset.py.
 
 Resumable as the caches are: a shard is written under a temporary name, indexed, renamed, and a record
 (.shard-NNNNNN.json) written last; a rerun keeps every shard whose record matches its plan (same samples, same
@@ -22,6 +23,7 @@ import random
 import socket
 import struct
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -39,8 +41,10 @@ from runner.data.shardset import (
     MARKER,
     META_EXT,
     SHARD_PREFIX,
+    SUFFIX,
     TAR,
     TEXT_LABEL_EXT,
+    TFRECORD,
     image_ext,
     index_digest,
 )
@@ -48,10 +52,10 @@ from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("webdataset",)
+FORMATS = ("webdataset", "tfrecord")
 VERSION = 1          # bump when a shard's bytes change for the same source and settings
 TAR_MTIME = 0        # a fixed entry time: the same source and settings give the same bytes
-_ENTRY_OVERHEAD = 4 * 512 + 512   # headers of a sample's four entries and their padding, roughly
+_ENTRY_OVERHEAD = {"webdataset": 4 * 512 + 512, "tfrecord": 128}  # headers (tar: 4 entries, padded), roughly
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,10 +88,10 @@ def shard_settings(format: str, shard_mb: float, shuffle_seed: int | None) -> di
     if not shard_mb > 0:
         raise DataError(f"{shard_mb:g} MB: a shard holds at least one image; give a positive size (WebDataset's "
                         "guidance is 100 MB to 1 GB per shard; the default is 256).", where="--shard-size")
-    import webdataset
+    from importlib.metadata import version
 
     return {"format": format, "version": VERSION, "shard_mb": shard_mb, "shuffle_seed": shuffle_seed,
-            "webdataset": webdataset.__version__}
+            format: version(format)}
 
 
 def build_shards(src: Path, dst: Path, *, format: str = "webdataset", shard_mb: float = 256,
@@ -145,9 +149,10 @@ class _Sample:
 
 @dataclass(frozen=True)
 class _ShardTask:
-    tar: str
+    tar: str                  # the shard's file (a .tar or a .tfrecord)
     split: str
     samples: tuple[_Sample, ...]
+    format: str = "webdataset"
 
     @property
     def digest(self) -> str:
@@ -168,16 +173,16 @@ def _plan(src: Path, dst: Path, split: str, scan, labels: LabelMap, settings: di
     budget = settings["shard_mb"] * 1e6
     tasks, current, filled = [], [], 0.0
     for n, (rel, label, size) in enumerate(samples):
-        if current and filled + size + _ENTRY_OVERHEAD > budget:
+        if current and filled + size + _ENTRY_OVERHEAD[settings["format"]] > budget:
             tasks.append(current)
             current, filled = [], 0.0
         current.append(_Sample(key=f"{n:08d}", path=str(folder / rel), name=rel, label=label, size=size))
-        filled += size + _ENTRY_OVERHEAD
+        filled += size + _ENTRY_OVERHEAD[settings["format"]]
     if current:
         tasks.append(current)
-    out = dst / split
-    return [_ShardTask(tar=str(out / f"{SHARD_PREFIX}{k:06d}{TAR}"), split=split, samples=tuple(part))
-            for k, part in enumerate(tasks)]
+    out, suffix = dst / split, SUFFIX[settings["format"]]
+    return [_ShardTask(tar=str(out / f"{SHARD_PREFIX}{k:06d}{suffix}"), split=split, samples=tuple(part),
+                       format=settings["format"]) for k, part in enumerate(tasks)]
 
 
 def _remove_unplanned(folder: Path, planned: set[str]) -> None:
@@ -192,7 +197,7 @@ def _remove_unplanned(folder: Path, planned: set[str]) -> None:
         match = temp.fullmatch(path.name)
         if match and not process_alive(int(match.group(2))):
             path.unlink(missing_ok=True)
-    for tar in folder.glob(f"{SHARD_PREFIX}*{TAR}"):
+    for tar in [*folder.glob(f"{SHARD_PREFIX}*{TAR}"), *folder.glob(f"{SHARD_PREFIX}*{TFRECORD}")]:
         if tar.name not in planned:
             for path in (tar, tar.with_suffix(INDEX), _record_path(tar)):
                 path.unlink(missing_ok=True)
@@ -237,26 +242,22 @@ def _write_shard(task: _ShardTask) -> _Outcome:
     kept = _kept(task, tar)
     if kept is not None:
         return _Outcome("kept", kept, tuple(tuple(x) for x in kept.get("skipped", ())))
-    from webdataset import TarWriter
-
     tmp = tar.with_name(f".{tar.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    index = tar.with_suffix(INDEX)
     skipped, labels, source_bytes = [], [], 0
     try:
-        with open(tmp, "wb") as stream, TarWriter(stream, mtime=TAR_MTIME) as writer:
-            for s in task.samples:
-                reason = try_decode(s.path)[0]
-                if reason:
-                    skipped.append((s.name, reason))
-                    continue
-                data = Path(s.path).read_bytes()
-                source_bytes += len(data)
-                writer.write({"__key__": s.key, image_ext(s.name): data, TEXT_LABEL_EXT: str(s.label).encode(),
-                              LABEL_EXT: struct.pack("<i", s.label),
-                              META_EXT: json.dumps({"path": s.name, "class": s.name.rsplit("/", 1)[0]},
-                                                   ensure_ascii=False).encode("utf-8", "surrogateescape")})
-                labels.append(s.label)
-        index = tar.with_suffix(INDEX)
-        _index(tmp, index)
+        with open(tmp, "wb") as stream:
+            write = _tfrecord_writer(stream, index) if task.format == "tfrecord" else _tar_writer(stream, tmp, index)
+            with write as add:
+                for s in task.samples:
+                    reason = try_decode(s.path)[0]
+                    if reason:
+                        skipped.append((s.name, reason))
+                        continue
+                    data = Path(s.path).read_bytes()
+                    source_bytes += len(data)
+                    add(s, data)
+                    labels.append(s.label)
         os.replace(tmp, tar)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -267,6 +268,34 @@ def _write_shard(task: _ShardTask) -> _Outcome:
               "source_bytes": source_bytes, "plan": task.digest, "skipped": [list(x) for x in skipped]}
     write_json_atomic(_record_path(tar), record)
     return _Outcome("written", record, tuple(skipped))
+
+
+@contextmanager
+def _tar_writer(stream, tmp: Path, index: Path):
+    """add(sample, image bytes) into a tar with webdataset's TarWriter; DALI's wds2idx indexes it at the end."""
+    from webdataset import TarWriter
+
+    with TarWriter(stream, mtime=TAR_MTIME) as writer:
+        def add(s: _Sample, data: bytes) -> None:
+            writer.write({"__key__": s.key, image_ext(s.name): data, TEXT_LABEL_EXT: str(s.label).encode(),
+                          LABEL_EXT: struct.pack("<i", s.label),
+                          META_EXT: json.dumps({"path": s.name, "class": s.name.rsplit("/", 1)[0]},
+                                               ensure_ascii=False).encode("utf-8", "surrogateescape")})
+        yield add
+    stream.flush()
+    _index(tmp, index)
+
+
+@contextmanager
+def _tfrecord_writer(stream, index: Path):
+    """add(sample, image bytes) as one tf.train.Example record; the index (offset, size per record) at the end."""
+    from runner.data.tfrecord import RecordWriter, write_index
+
+    writer = RecordWriter(stream)
+    yield lambda s, data: writer.write(data, s.label, s.name.rsplit("/", 1)[0], s.name)
+    tmp = index.with_name(f".{index.name}.tmp-{os.getpid()}")
+    write_index(writer.index, tmp)
+    os.replace(tmp, index)
 
 
 def _index(tar: Path, index: Path) -> None:

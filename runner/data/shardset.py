@@ -30,6 +30,8 @@ MARKER = ".runner-shards.json"
 LABELS = "labels.json"
 SHARD_PREFIX = "shard-"
 TAR, INDEX = ".tar", ".idx"
+TFRECORD = ".tfrecord"
+SUFFIX = {"webdataset": TAR, "tfrecord": TFRECORD}   # a shard's file by format; its index is .idx in both
 LABEL_EXT = "cls.i32"     # little-endian int32: readers.webdataset(ext=[..., "cls.i32"], dtypes=[UINT8, INT32])
 TEXT_LABEL_EXT = "cls"    # the label as decimal text, as webdataset's and timm's readers take it
 META_EXT = "json"
@@ -94,8 +96,9 @@ class ShardSplit:
 
     @cached_property
     def shards(self) -> tuple[Path, ...]:
-        """The split's tar files, by name (the manifest's order)."""
-        return tuple(sorted(self.folder.glob(f"{SHARD_PREFIX}*{TAR}"), key=lambda p: os.fsencode(p.name)))
+        """The split's shard files, by name (the manifest's order)."""
+        suffix = SUFFIX.get(self.format, TAR)
+        return tuple(sorted(self.folder.glob(f"{SHARD_PREFIX}*{suffix}"), key=lambda p: os.fsencode(p.name)))
 
     @property
     def indexes(self) -> tuple[Path, ...]:
@@ -193,16 +196,75 @@ def check_shard_split(split: ShardSplit, num_classes: int | None = None) -> None
                         "(a reader would read them too, with labels runner never checked). Move them out, or "
                         "rebuild the shard set into a new folder.", file=split.folder)
     classes = len(split.classes) if num_classes is None else min(num_classes, len(split.classes))
-    for tar in split.shards:
-        _check_shard(tar, recorded[tar.name], classes, len(split.classes), rebuild)
+    check = _check_tfrecord if split.format == "tfrecord" else _check_shard
+    for shard in split.shards:
+        check(shard, recorded[shard.name], classes, len(split.classes), rebuild)
+
+
+def _missing_index(shard: Path, index: Path, rebuild: str) -> DataError:
+    tool = "wds2idx" if shard.suffix == TAR else "tfrecord2idx"
+    return DataError(f"has no index {index.name} beside it. DALI's reader needs one per shard (without it, it reads "
+                     f"the whole file to find its samples, and runner cannot check it); run {rebuild}, or DALI's "
+                     f"`{tool} {display_path(shard)} {display_path(index)}`.", file=shard)
+
+
+def _trusted(shard: Path, index: Path, record: dict) -> bool:
+    return (record.get("bytes") == shard.stat().st_size and record.get("mtime_ns") == shard.stat().st_mtime_ns
+            and record.get("index_sha256") == index_digest(index))
+
+
+def _check_labels(shard: Path, low: int, high: int, classes: int, known: int, rebuild: str) -> None:
+    if low < 0 or high >= classes:
+        what = "the model's outputs (model.num_classes)" if classes < known else f"the {known} classes of the set"
+        raise DataError(f"holds label {high if high >= classes else low}, beyond {what}: labels run 0 to "
+                        f"{classes - 1}. The shard does not match its set's label map ({LABELS}); rebuild it with "
+                        f"{rebuild}.", file=shard)
+
+
+def _check_tfrecord(shard: Path, record: dict, classes: int, known: int, rebuild: str) -> None:
+    from runner.data.tfrecord import IMAGE_KEY, LABEL_KEY, parse_index, read_examples, record_length
+
+    index = shard.with_suffix(INDEX)
+    if not index.is_file():
+        raise _missing_index(shard, index, rebuild)
+    try:
+        records = parse_index(index)
+    except ValueError:
+        raise DataError("is not a TFRecord index (lines of 'offset size'): rebuild it with DALI's `tfrecord2idx "
+                        f"{display_path(shard)} {display_path(index)}`.", file=index) from None
+    size = shard.stat().st_size
+    end = max((o + s for o, s in records), default=0)
+    if size < end:
+        raise DataError(f"is cut short: it holds {size} bytes, but its index {index.name} places data up to byte "
+                        f"{end} (a copy that did not finish?). Copy it again, or run {rebuild}.", file=shard)
+    with open(shard, "rb") as f:
+        for n in {0, len(records) - 1} if records else ():
+            offset, length = records[n]
+            f.seek(offset)
+            header = f.read(12)
+            if len(header) < 12 or record_length(header) + 16 != length:
+                raise DataError(f"does not match its index {index.name}: the index has a record of {length} bytes at "
+                                f"byte {offset}, the file does not (an index of another shard?). Rebuild the index "
+                                f"with DALI's `tfrecord2idx {display_path(shard)} {display_path(index)}`.", file=shard)
+    if _trusted(shard, index, record):
+        low, high = record.get("labels") or (0, -1)
+    else:
+        examples = read_examples(shard, records)
+        for n, example in enumerate(examples):
+            if not isinstance(example.get(LABEL_KEY), int):
+                raise DataError(f"record {n} has no label: no single int64 '{LABEL_KEY}' feature. Every record needs "
+                                f"one; run {rebuild}.", file=shard)
+            if not example.get(IMAGE_KEY):
+                raise DataError(f"record {n} has no image ('{IMAGE_KEY}'); run {rebuild}.", file=shard)
+        labels = [e[LABEL_KEY] for e in examples]
+        low, high = (min(labels), max(labels)) if labels else (0, -1)
+    _check_labels(shard, low, high, classes, known, rebuild)
 
 
 def _check_shard(tar: Path, record: dict, classes: int, known: int, rebuild: str) -> None:
     index = tar.with_suffix(INDEX)
     if not index.is_file():
-        raise DataError(f"has no index {index.name} beside it. DALI's reader needs one per shard (without it, it "
-                        f"reads the whole tar to find its samples, and runner cannot check it); run {rebuild}, or "
-                        f"DALI's `wds2idx {display_path(tar)} {display_path(index)}`.", file=tar)
+        raise _missing_index(tar, index, rebuild)
     samples = parse_index(index)
     size = tar.stat().st_size
     end = max((o + s for sample in samples for o, s, _ in sample.components.values()), default=0)
@@ -219,14 +281,8 @@ def _check_shard(tar: Path, record: dict, classes: int, known: int, rebuild: str
             raise DataError(f"sample '{sample.key}' has no label: no '{LABEL_EXT}' component (it has "
                             f"{', '.join(sample.components)}). Every sample needs one, or the reader would hand it "
                             f"out with an empty label; run {rebuild}.", file=tar)
-    trusted = (record.get("bytes") == size and record.get("mtime_ns") == tar.stat().st_mtime_ns
-               and record.get("index_sha256") == index_digest(index))
-    low, high = (record.get("labels") or (0, -1)) if trusted else _label_range(tar, samples)
-    if low < 0 or high >= classes:
-        what = "the model's outputs (model.num_classes)" if classes < known else f"the {known} classes of the set"
-        raise DataError(f"holds label {high if high >= classes else low}, beyond {what}: labels run 0 to "
-                        f"{classes - 1}. The shard does not match its set's label map ({LABELS}); rebuild it with "
-                        f"{rebuild}.", file=tar)
+    low, high = (record.get("labels") or (0, -1)) if _trusted(tar, index, record) else _label_range(tar, samples)
+    _check_labels(tar, low, high, classes, known, rebuild)
 
 
 def _check_entry_names(tar: Path, index: Path, samples: list[IndexedSample]) -> None:

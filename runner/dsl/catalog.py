@@ -13,6 +13,7 @@ older example checks against the current operator and compiles to its current na
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -85,18 +86,42 @@ def _schema_op(schema_name: str, fn_module: Any, deprecated: bool = False) -> Op
     name = _fn_name(s, fn_module)
     if name is None:
         return None
+    args = _schema_args(s)
+    backends = tuple(b for b in ("cpu", "gpu", "mixed") if b in s.GetSupportedBackends())
+    return OpInfo(name=name, schema=schema_name, backends=backends, min_inputs=s.MinNumInput(),
+                  max_inputs=s.MaxNumInput(), args=args, doc=_safe(s.Dox),
+                  is_reader=name.startswith("readers.") or "readers." in name or name.endswith("_reader"))
+
+
+def _schema_args(s, skip: tuple[str, ...] = ()) -> dict[str, ArgInfo]:
     args = {}
     for a in s.GetArgumentNames():
+        if a in skip:
+            continue
         has_default = s.HasArgumentDefaultValue(a)
         args[a] = ArgInfo(
             name=a, type=s.GetArgumentType(a).name,
             default=s.GetArgumentDefaultValueString(a) if has_default else None,
             required=not s.IsArgumentOptional(a), tensor=s.IsTensorArgument(a),
             doc=_safe(s.GetArgumentDox, a), deprecated=s.IsDeprecatedArg(a))
-    backends = tuple(b for b in ("cpu", "gpu", "mixed") if b in s.GetSupportedBackends())
-    return OpInfo(name=name, schema=schema_name, backends=backends, min_inputs=s.MinNumInput(),
-                  max_inputs=s.MaxNumInput(), args=args, doc=_safe(s.Dox),
-                  is_reader=name.startswith("readers.") or "readers." in name or name.endswith("_reader"))
+    return args
+
+
+def _tfrecord_op() -> dict[str, OpInfo]:
+    """readers.tfrecord: DALI's TFRecord reader takes a dict of feature specs that a YAML step does not write, so
+    runner's takes DALI's other arguments and reads the features `runner data shard --format tfrecord` writes
+    (runner.data.tfrecord)."""
+    from nvidia.dali import backend
+
+    s = backend.GetSchema("readers___TFRecord")
+    doc = ("Reads the TFRecord shards of `runner data shard --format tfrecord` (DALI's readers.tfrecord with the "
+           "features image/encoded and image/class/label): returns the encoded images and int32 labels.")
+    args = _schema_args(s, skip=("features", "feature_names"))
+    # runner gives the index of each shard in a folder of `runner data shard`'s; written by hand otherwise
+    args["index_path"] = dataclasses.replace(args["index_path"], required=False)
+    return {"readers.tfrecord": OpInfo(name="readers.tfrecord", schema="runner.data.tfrecord.tfrecord",
+                                       backends=("cpu",), min_inputs=0, max_inputs=0, args=args, doc=doc,
+                                       is_reader=True, python=True)}
 
 
 # the step `x = y.gpu()`: DataNode.gpu(), not an operator of the registry
@@ -229,6 +254,7 @@ def load_catalog() -> Catalog:
             ops[op.name] = op
     ops.update(_auto_aug_ops())
     ops.update(_runner_ops())
+    ops.update(_tfrecord_op())
     return Catalog(ops, _deprecated_ops(names, fn, ops), AUTO_AUG_ALIASES)
 
 

@@ -50,6 +50,10 @@ def _number(x: Any) -> bool:
     return isinstance(x, (bool, int, float))
 
 
+# readers of `runner data shard`'s formats: (the argument naming the shards, the one naming their indexes)
+SHARD_READERS = {"readers.webdataset": ("paths", "index_paths"), "readers.tfrecord": ("path", "index_path")}
+
+
 class _Checker:
     def __init__(self, graph: Graph, catalog: Catalog, target: str, rank: int, world: int, seed: int,
                  file_list: str | None = None, own_order: bool = False,
@@ -345,10 +349,11 @@ class _Checker:
                 and not ({"files", "file_list"} & set(given)):
             out.append(("file_list", Lit(self.file_list)))  # the split without its skip-listed files
             added.append("file_list")
-        if self.shards and op.name == "readers.webdataset":  # a folder of shards -> its tars and their indexes
-            out[:] = [(k, v) for k, v in out if k not in ("paths", "index_paths")]
-            out += [("paths", Lit(list(self.shards[0]))), ("index_paths", Lit(list(self.shards[1])))]
-            added += ["paths", "index_paths"]
+        if self.shards and op.name in SHARD_READERS:  # a folder of shards -> its files and their indexes
+            files, indexes = SHARD_READERS[op.name]
+            out[:] = [(k, v) for k, v in out if k not in (files, indexes)]
+            out += [(files, Lit(list(self.shards[0]))), (indexes, Lit(list(self.shards[1])))]
+            added += [files, indexes]
         if self.own_order:  # the file list is this rank's epoch in order (data.repeats): read it as it is
             out[:] = [(k, v) for k, v in out if k not in ("random_shuffle", "shuffle_after_epoch", "stick_to_shard")]
             fixed = [k for k in ("random_shuffle", "shuffle_after_epoch") if k in op.args]

@@ -164,14 +164,16 @@ def reader_suffixes(graph) -> tuple[str, ...]:
 
 
 def reader_shards(graph) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """(tars, indexes) for a readers.webdataset whose `paths` names one folder of `runner data shard`'s shards;
-    None for other readers and paths (a list of tars is read as written)."""
+    """(shards, indexes) for a readers.webdataset (readers.tfrecord) whose `paths` (`path`) names one folder of
+    `runner data shard`'s shards; None for other readers and paths (a list of files is read as written)."""
     from runner.data.shardset import find_shard_split
+    from runner.dsl.check import SHARD_READERS
 
     reader = _first_operator(graph)
-    if reader is None or reader.op.name != "readers.webdataset":
+    if reader is None or reader.op.name not in SHARD_READERS:
         return None
-    paths = getattr(dict(reader.kwargs).get("paths"), "value", None)
+    op = reader.op.name
+    paths = getattr(dict(reader.kwargs).get(SHARD_READERS[op][0]), "value", None)
     if isinstance(paths, (list, tuple)) and len(paths) == 1:
         paths = paths[0]
     if not isinstance(paths, str) or not Path(paths).is_dir():
@@ -179,10 +181,15 @@ def reader_shards(graph) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     split = find_shard_split(paths)
     if split is None:
         graph = graph.graph
-        raise ConfigError(f"readers.webdataset's paths names the folder {paths}, which holds no shards that `runner "
+        raise ConfigError(f"{op}'s {SHARD_READERS[op][0]} names the folder {paths}, which holds no shards that `runner "
                           "data shard` wrote (no .runner-shards.json in it or above it). Write them with `runner data "
                           "shard SRC DST` and set data.root=DST, or read this folder with a readers.file pipeline "
                           "(imagenet_train, imagenet_eval).", file=graph.file, where=f"{graph.name} pipeline")
+    if split.format != {"readers.webdataset": "webdataset", "readers.tfrecord": "tfrecord"}[op]:
+        graph = graph.graph
+        raise ConfigError(f"{paths} holds {split.format} shards, which {op} does not read: use the "
+                          f"imagenet_*_{'wds' if split.format == 'webdataset' else 'tfrecord'} pipelines.",
+                          file=graph.file, where=f"{graph.name} pipeline")
     return tuple(str(p) for p in split.shards), tuple(str(p) for p in split.indexes)
 
 
