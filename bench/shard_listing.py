@@ -1,9 +1,9 @@
 """Files against shards: the time to list a split, open every file of it, and read all of its bytes.
 
-    .venv/bin/python bench/shard_listing.py FOLDER SHARDS [--split train] [--repeat 3] [--name WHAT]
+    .venv/bin/python bench/shard_listing.py FOLDER SHARDS [SHARDS ...] [--split train] [--repeat 3] [--name WHAT]
 
-FOLDER is an ImageFolder of splits (e.g. `runner data synth` output), SHARDS the same images as `runner data shard
-FOLDER SHARDS` wrote them. Per layout and page-cache state, the median of `--repeat` runs of:
+FOLDER is an ImageFolder of splits (e.g. `runner data synth` output), each SHARDS the same images as `runner data
+shard FOLDER SHARDS [--format tfrecord]` wrote them. Per layout and page-cache state, the median of `--repeat` runs of:
 
 - list: what a reader does before its first sample: the folder's class folders scanned for their files (as DALI's
   file reader and runner's scan do), or the shard folder's tars listed and their DALI indexes parsed;
@@ -39,11 +39,13 @@ def folder_files(split: Path) -> list[str]:
 
 
 def shard_files(split: Path) -> list[str]:
+    from runner.data import tfrecord
     from runner.data.shardset import find_shard_split, parse_index
 
     shards = find_shard_split(split)
+    parse = tfrecord.parse_index if shards.format == "tfrecord" else parse_index
     for index in shards.indexes:
-        parse_index(index)
+        parse(index)
     return [str(p) for pair in zip(shards.shards, shards.indexes) for p in pair]
 
 
@@ -115,7 +117,7 @@ def machine() -> str:
 
 
 def markdown(rows: list[dict], images: int) -> str:
-    lines = [f"{images} images; median of the runs; list = scan (folder) or tars + DALI indexes (shards)", "",
+    lines = [f"{images} images; median of the runs; list = scan (folder) or shards + DALI indexes", "",
              "| layout | cache | files | MB | list s | open s | read s | read MB/s | cold by |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -127,14 +129,18 @@ def markdown(rows: list[dict], images: int) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path)
-    p.add_argument("shards", type=Path)
+    p.add_argument("shards", type=Path, nargs="+")
     p.add_argument("--split", default="train")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--name", default=f"cpu{os.cpu_count()}")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     rows = []
-    for layout, root, lister in (("files", args.folder, folder_files), ("shards", args.shards, shard_files)):
+    from runner.data.shardset import find_shard_split
+
+    layouts = [("files", args.folder, folder_files)]
+    layouts += [(f"shards ({find_shard_split(root / args.split).format})", root, shard_files) for root in args.shards]
+    for layout, root, lister in layouts:
         for row in measure(root / args.split, lister, args.repeat):
             rows.append({"layout": layout, **row})
     images = len(folder_files(args.folder / args.split))
@@ -145,7 +151,8 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(rows)
     table = markdown(rows, images)
-    stem.with_suffix(".md").write_text(f"`bench/shard_listing.py {args.folder} {args.shards} --split {args.split} "
+    shards = " ".join(str(s) for s in args.shards)
+    stem.with_suffix(".md").write_text(f"`bench/shard_listing.py {args.folder} {shards} --split {args.split} "
                                        f"--repeat {args.repeat}` on {machine()}\n\n" + table)
     print(table)
     print(f"wrote {stem}.csv, {stem}.md")
