@@ -153,7 +153,7 @@ def test_a_launch_logs_each_epochs_side_and_resumes_mid_ramp_bit_for_bit(ramp):
     ("pipelines.train.resolution.param=side", "command line 'pipelines.train.resolution.param=side': "
                                               "pipelines.train.resolution.param: 'side' is not a param of the train "
                                               "pipeline (imagenet_train), so the schedule would change nothing; its "
-                                              "params: data_root, decode_device, hw_decoder_load, size. Set "
+                                              "params: data_root, decode_device, hw_decoder_load, shuffle, size. Set "
                                               "pipelines.train.resolution.param to the one that sets its output side."),
     ("pipelines.train.resolution.min=96", "command line 'pipelines.train.resolution.min=96': "
                                           "pipelines.train.resolution.min: 96 is above "

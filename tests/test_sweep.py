@@ -76,7 +76,7 @@ def test_a_swept_pipeline_that_lacks_a_set_param_names_the_run(tiny, capsys):
                             "--dry-run"], capsys)
     assert code == 2
     assert err == ("error: command line 'pipelines.train.params.n=3': pipelines.train.params.n: pipeline "
-                   f"'{PLAIN}' has no parameter 'n'. Its parameters: data_root, size, decode_device, "
+                   f"'{PLAIN}' has no parameter 'n'. Its parameters: data_root, size, shuffle, decode_device, "
                    f"hw_decoder_load. (sweep run 2: pipelines.train.use={PLAIN})\n")
     code, out, err = run_cli(["sweep", tiny, f"pipelines.train.use={RANDAUG},{PLAIN}", "~pipelines.train.params",
                               "--dry-run"], capsys)

@@ -38,7 +38,9 @@ def print_ops(contains: str | None) -> None:
 def _python_note(op) -> str:
     if not op.python:
         return ""
-    what = "runner's composition of DALI operators" if op.name.startswith("augment.") else "DALI Python policy"
+    what = ("runner's composition of DALI operators" if op.name.startswith("augment.")
+            else "runner's reader over DALI's readers.tfrecord" if op.name == "readers.tfrecord"
+            else "DALI Python policy")
     return f"  ({what}" + ("; needs conditionals, enabled automatically)" if op.conditionals else ")")
 
 
