@@ -152,33 +152,54 @@ def check_outside_source(src: Path, dst: Path, what: str = "cache") -> None:
 
 # ---- the marker ----------------------------------------------------------------------------------
 
-def claim_cache(dst: Path, settings: dict, src: Path) -> None:
-    """Make DST ours (new or empty), or check that it is a cache made with these settings."""
-    marker = dst / MARKER
+@dataclass(frozen=True)
+class MadeFolder:
+    """A folder a runner command fills and marks as its own (a cache, a shard set): the words its errors use."""
+    marker: str      # the marker file's name, in the folder
+    made_by: str     # "runner data cache"
+    held: str        # what it holds: "a cache", "shards"
+    it: str          # "it", "them"
+    kind: str        # "a cache", "a shard set"
+    noun: str        # "the cache", "the shards"
+    remake: str      # "build the cache", "write the shards"
+
+
+CACHE_FOLDER = MadeFolder(marker=MARKER, made_by="runner data cache", held="a cache", it="it", kind="a cache",
+                          noun="the cache", remake="build the cache")
+
+
+def settings_diff(old: dict, wanted: dict) -> str:
+    """'key old (wanted new), ...' for the settings a folder was made with that differ from the wanted ones."""
+    return ", ".join(f"{k} {old.get(k)} (wanted {v})" for k, v in wanted.items() if old.get(k) != v)
+
+
+def claim_cache(dst: Path, settings: dict, src: Path, made: MadeFolder = CACHE_FOLDER) -> None:
+    """Make DST ours (new or empty), or check that it is a folder `made` with these settings."""
+    marker = dst / made.marker
     if dst.exists() and not dst.is_dir():
-        raise DataError("exists and is a file; choose a folder for the cache.", file=dst)
+        raise DataError(f"exists and is a file; choose a folder for {made.noun}.", file=dst)
     if marker.is_file():
-        old = _read_marker(marker)["settings"]
+        old = _read_marker(marker, made)["settings"]
         if old != settings:
-            diffs = ", ".join(f"{k} {old.get(k)} (wanted {v})" for k, v in settings.items() if old.get(k) != v)
-            raise DataError(f"holds a cache made with other settings: {diffs}. runner does not overwrite or delete "
-                            "it: choose another folder for these settings, or remove this one yourself.", file=dst)
+            raise DataError(f"holds {made.held} made with other settings: {settings_diff(old, settings)}. runner does "
+                            f"not overwrite or delete {made.it}: choose another folder for these settings, or remove "
+                            "this one yourself.", file=dst)
     elif dst.is_dir() and any(dst.iterdir()):
-        raise DataError(f"exists and is a folder without {MARKER}, not a cache made by runner. runner does not write "
-                        "into (or delete) data it did not make: choose a new or empty folder.", file=dst)
+        raise DataError(f"exists and is a folder without {made.marker}, not {made.kind} made by runner. runner does not "
+                        "write into (or delete) data it did not make: choose a new or empty folder.", file=dst)
     dst.mkdir(parents=True, exist_ok=True)
-    # incomplete until this call ends: an interrupted rerun must not look like a finished cache
-    write_json_atomic(marker, {"made_by": "runner data cache", "settings": settings, "source": str(src.resolve()),
-                         "complete": False})
+    # incomplete until this call ends: an interrupted rerun must not look like a finished one
+    write_json_atomic(marker, {"made_by": made.made_by, "settings": settings, "source": str(src.resolve()),
+                               "complete": False})
 
 
-def _read_marker(marker: Path) -> dict:
+def _read_marker(marker: Path, made: MadeFolder = CACHE_FOLDER) -> dict:
     try:
         recorded = json.loads(marker.read_text())
         dict(recorded["settings"])
         return recorded
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"cannot read this marker ({type(e).__name__}: {e}); build the cache into a new folder.",
+        raise DataError(f"cannot read this marker ({type(e).__name__}: {e}); {made.remake} into a new folder.",
                         file=marker) from None
 
 
@@ -258,12 +279,17 @@ def _empty(folder: str) -> bool:
 _TEMP = re.compile(rf"\.(.+)\.tmp-{re.escape(socket.gethostname())}-(\d+)")
 
 
+def dead_temporary(name: str) -> bool:
+    """Whether `name` is a temporary file (.NAME.tmp-HOST-PID) of a build on this machine whose process is gone."""
+    temp = _TEMP.fullmatch(name)
+    return bool(temp) and not process_alive(int(temp.group(2)))
+
+
 def _stale_files(folder: Path, rel: str, cached: set[str], suffixes: tuple[str, ...] | None) -> list[str]:
     stale = []
     for entry in os.scandir(folder):
         name = entry.name if READER_CASE_SENSITIVE else entry.name.lower()
-        temp = _TEMP.fullmatch(entry.name)
-        if temp and not process_alive(int(temp.group(2))):
+        if dead_temporary(entry.name):
             Path(entry.path).unlink(missing_ok=True)
         elif (reader_reads(name) if suffixes is None else name.endswith(suffixes)) \
                 and f"{rel}/{entry.name}" not in cached:

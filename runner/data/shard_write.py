@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from runner.data.cache import check_outside_source, find_splits, write_json_atomic
+from runner.data.cache import (
+    MadeFolder,
+    check_outside_source,
+    claim_cache,
+    dead_temporary,
+    find_splits,
+    write_json_atomic,
+)
 from runner.data.labels import LabelMap, extra_classes, extra_classes_error, load_label_map
 from runner.data.manifest import describe as describe_cache
 from runner.data.manifest import find_manifest as find_cache_manifest
@@ -55,6 +62,8 @@ log = logging.getLogger(__name__)
 FORMATS = ("webdataset", "tfrecord")
 VERSION = 1          # bump when a shard's bytes change for the same source and settings
 TAR_MTIME = 0        # a fixed entry time: the same source and settings give the same bytes
+SHARD_FOLDER = MadeFolder(marker=MARKER, made_by="runner data shard", held="shards", it="them", kind="a shard set",
+                          noun="the shards", remake="write the shards")
 _ENTRY_OVERHEAD = {"webdataset": 4 * 512 + 512, "tfrecord": 128}  # headers (tar: 4 entries, padded), roughly
 
 
@@ -106,7 +115,7 @@ def build_shards(src: Path, dst: Path, *, format: str = "webdataset", shard_mb: 
     check_outside_source(src, dst, "shards")
     plans = {split: _plan(src, dst, split, scans[split], labels, settings, shuffle=split in ("", train_split))
              for split in splits}
-    _claim(dst, settings, src)
+    claim_cache(dst, settings, src, SHARD_FOLDER)
     start = time.perf_counter()
     tasks = [task for split in splits for task in plans[split]]
     for split in splits:
@@ -188,41 +197,13 @@ def _plan(src: Path, dst: Path, split: str, scan, labels: LabelMap, settings: di
 def _remove_unplanned(folder: Path, planned: set[str]) -> None:
     """Shards of an earlier build that this plan does not have (the source changed), and the temporary files of
     builds on this machine whose process is gone: ours, in our folder."""
-    import re
-
-    from runner.data.pool import process_alive
-
-    temp = re.compile(rf"\.(.+)\.tmp-{re.escape(socket.gethostname())}-(\d+)")
     for path in folder.glob(".*.tmp-*"):
-        match = temp.fullmatch(path.name)
-        if match and not process_alive(int(match.group(2))):
+        if dead_temporary(path.name):
             path.unlink(missing_ok=True)
     for tar in [*folder.glob(f"{SHARD_PREFIX}*{TAR}"), *folder.glob(f"{SHARD_PREFIX}*{TFRECORD}")]:
         if tar.name not in planned:
             for path in (tar, tar.with_suffix(INDEX), _record_path(tar)):
                 path.unlink(missing_ok=True)
-
-
-def _claim(dst: Path, settings: dict, src: Path) -> None:
-    marker = dst / MARKER
-    if dst.exists() and not dst.is_dir():
-        raise DataError("exists and is a file; choose a folder for the shards.", file=dst)
-    if marker.is_file():
-        try:
-            old = json.loads(marker.read_text())["settings"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise DataError(f"cannot read its manifest {MARKER} ({type(e).__name__}: {e}); write the shards into a "
-                            "new folder.", file=dst) from None
-        if old != settings:
-            diffs = ", ".join(f"{k} {old.get(k)} (wanted {v})" for k, v in settings.items() if old.get(k) != v)
-            raise DataError(f"holds shards made with other settings: {diffs}. runner does not overwrite or delete "
-                            "them: choose another folder for these settings, or remove this one yourself.", file=dst)
-    elif dst.is_dir() and any(dst.iterdir()):
-        raise DataError(f"exists and is a folder without {MARKER}, not a shard set made by runner. runner does not "
-                        "write into (or delete) data it did not make: choose a new or empty folder.", file=dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(marker, {"made_by": "runner data shard", "settings": settings, "source": str(src.resolve()),
-                               "complete": False})
 
 
 # ---- one shard (in a pool worker) -----------------------------------------------------------------
