@@ -307,19 +307,23 @@ BROKEN = {
 }
 
 
-@pytest.mark.parametrize("case", list(BROKEN))
-def test_a_broken_shard_stops_the_launch_with_one_paragraph(project, ordered, case, capsys):
-    break_it, message = BROKEN[case]
+def check_launch_refuses(project: Path, shards: Path, format: str, break_it, message: str, capsys) -> None:
+    """A copy of `shards` broken by `break_it`: the launch stops with `message`, one paragraph, and changes nothing."""
     root = project / "shards"
-    shutil.copytree(ordered, root)
+    shutil.copytree(shards, root)
     break_it(root)
     before = digest(root)
-    code, out, err = run_cli(["launch", experiment(project / "experiments", root, shards=True)], capsys)
+    code, out, err = run_cli(["launch", experiment(project / "experiments", root, shards=True, format=format)], capsys)
     assert code == 2
     assert message in " ".join(err.split())
     assert "Traceback" not in err and len(err.strip().split("\n\n")) == 1
     assert digest(root) == before                     # nothing rewritten, nothing removed
     assert not (project / "mlflow.db").exists() or "FINISHED" not in out
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_shard_stops_the_launch_with_one_paragraph(project, ordered, case, capsys):
+    check_launch_refuses(project, ordered, "webdataset", *BROKEN[case], capsys)
 
 
 def test_a_model_with_fewer_outputs_than_the_shards_classes_is_refused(project, ordered, capsys):
@@ -447,16 +451,7 @@ TF_BROKEN = {
 
 @pytest.mark.parametrize("case", list(TF_BROKEN))
 def test_a_broken_tfrecord_shard_stops_the_launch_with_one_paragraph(project, ordered_tfrecord, case, capsys):
-    break_it, message = TF_BROKEN[case]
-    root = project / "shards"
-    shutil.copytree(ordered_tfrecord, root)
-    break_it(root)
-    before = digest(root)
-    code, _, err = run_cli(["launch", experiment(project / "experiments", root, shards=True, format="tfrecord")], capsys)
-    assert code == 2
-    assert message in " ".join(err.split())
-    assert "Traceback" not in err and len(err.strip().split("\n\n")) == 1
-    assert digest(root) == before
+    check_launch_refuses(project, ordered_tfrecord, "tfrecord", *TF_BROKEN[case], capsys)
 
 
 def test_data_check_decodes_every_tfrecord_sample(ordered_tfrecord, capsys):
