@@ -464,3 +464,48 @@ def test_a_webdataset_reader_on_tfrecord_shards_names_the_pipelines(project, ord
     assert code == 2
     assert "holds tfrecord shards, which readers.webdataset does not read: use the imagenet_*_tfrecord pipelines." \
         in " ".join(err.split())
+
+
+def _unfinished(root: Path) -> None:
+    manifest = json.loads((root / ".runner-shards.json").read_text())
+    (root / ".runner-shards.json").write_text(json.dumps({**manifest, "complete": False}))
+
+
+def _extra_shard(root: Path) -> None:
+    shutil.copyfile(root / "train" / "shard-000000.tar", root / "train" / "shard-000099.tar")
+
+
+SET_BROKEN = {
+    "unfinished build": (_unfinished, "is a shard set whose build did not finish, so it holds only part of its source"),
+    "a listed shard missing": (lambda r: (r / "train" / "shard-000002.tar").unlink(),
+                               "lacks 1 shard that its manifest lists: shard-000002.tar. Copy them again, or run"),
+    "a shard not listed": (_extra_shard, "holds 1 shard that its manifest does not list: shard-000099.tar (a reader "
+                                         "would read them too, with labels runner never checked)."),
+}
+
+
+@pytest.mark.parametrize("case", list(SET_BROKEN))
+def test_a_shard_set_that_does_not_match_its_manifest_stops_the_launch(project, ordered, case, capsys):
+    check_launch_refuses(project, ordered, "webdataset", *SET_BROKEN[case], capsys)
+
+
+def test_eval_shards_numbered_by_another_map_are_refused(project, images, module_tmp, capsys):
+    from runner.data.shard_write import build_shards
+
+    other = source(project / "other")
+    (other / "val" / "c0").rename(other / "val" / "a0")       # another train map: a0, c1, c2 -> val labels shift
+    (other / "train" / "c0").rename(other / "train" / "a0")
+    build_shards(other, project / "other-shards", workers=1)
+    path = experiment(project / "experiments", images, shards=False)
+    code, _, err = run_cli(["launch", path, f"data.eval_split={project / 'other-shards' / 'val'}",
+                            "pipelines.eval.use=imagenet_eval_wds"], capsys)
+    assert code == 2
+    assert "holds shards whose labels number 3 classes by the map in" in " ".join(err.split())
+    assert "first difference at label 0" in " ".join(err.split())
+
+
+def test_a_source_without_the_train_split_names_the_option(tmp_path, images, capsys):
+    code, _, err = run_cli(["data", "shard", images, tmp_path / "s", "--train-split", "training"], capsys)
+    assert code == 2
+    assert "holds the splits train, val but no 'training': the label map is the train split's classes. Name the " \
+           "train split with --train-split." in " ".join(err.split())

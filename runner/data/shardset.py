@@ -188,11 +188,11 @@ def check_shard_split(split: ShardSplit, num_classes: int | None = None) -> None
     names = [p.name for p in split.shards]
     missing = [name for name in recorded if name not in names]
     if missing:
-        raise DataError(f"lacks {counted(len(missing), 'shard')} that its manifest lists: "
+        raise DataError(f"lacks {counted(len(missing), 'shard', 'shards')} that its manifest lists: "
                         f"{first_names(missing, 4)}. Copy them again, or run {rebuild}.", file=split.folder)
     extra = [name for name in names if name not in recorded]
     if extra:
-        raise DataError(f"holds {counted(len(extra), 'shard')} that its manifest does not list: {first_names(extra, 4)} "
+        raise DataError(f"holds {counted(len(extra), 'shard', 'shards')} that its manifest does not list: {first_names(extra, 4)} "
                         "(a reader would read them too, with labels runner never checked). Move them out, or "
                         "rebuild the shard set into a new folder.", file=split.folder)
     classes = len(split.classes) if num_classes is None else min(num_classes, len(split.classes))
