@@ -90,8 +90,10 @@ def test_beside_the_loader_trains_the_ceilings_model_while_the_loader_runs(tiny,
     lines = {r["mode"]: r for r in csv.DictReader((project / "b").glob("bench-*.csv").__next__().open())
              if r["loader"] == "dali"}
     assert float(lines["beside"]["ceiling_share_median"]) == pytest.approx(share, rel=1e-4)
-    assert float(lines["beside"]["beside_loader_images_per_s_median"]) == pytest.approx(beside["loader_images_per_s"],
-                                                                                         rel=1e-3)
+    # the CSV keeps six decimals below 10 and one from 10 up
+    loader_rate = beside["loader_images_per_s"]
+    assert float(lines["beside"]["beside_loader_images_per_s_median"]) == \
+        pytest.approx(loader_rate, abs=1e-6 if loader_rate < 10 else 0.05)
 
 
 def test_a_hybrid_row_says_which_pipeline_the_loop_waited_for(tiny, project, capsys):
