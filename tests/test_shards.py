@@ -249,6 +249,23 @@ def test_data_check_names_a_sample_that_does_not_decode(tmp_path, ordered, capsy
     assert f"shard-000000.tar: {sample.key} (c0/001.jpg)" in out
 
 
+def test_a_sample_in_memory_fails_for_the_reason_its_file_would(tmp_path):
+    from PIL import Image
+
+    from runner.data.scan import setup_decoder, try_decode, try_decode_bytes
+
+    setup_decoder()
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(buf, "JPEG")
+    jpeg = buf.getvalue()
+    cases = {"whole": jpeg, "cut": jpeg[:300], "header": jpeg[:10], "text": b"hello, not a jpeg", "empty": b""}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert try_decode_bytes(data) == try_decode(str(tmp_path / name)), name
+    assert try_decode_bytes(jpeg[:300])[0] == "truncated JPEG (ends after 300 bytes)"
+    assert try_decode_bytes(b"hello, not a jpeg")[0] == "not an image (a text file: 'hello, not a jpeg')"
+
+
 # ---- broken shards --------------------------------------------------------------------------------------
 
 def _truncate(root: Path) -> None:

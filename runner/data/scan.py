@@ -282,31 +282,43 @@ def setup_decoder() -> None:
 
 def try_decode(path: str) -> tuple[str | None, str | None, str | None]:
     """(why it fails or None, Pillow's format, colour mode) for one file."""
+    if path.lower().endswith(CACHE_SUFFIXES):
+        return _load_array(path)
+    try:
+        return _decode(path, os.stat(path).st_size, lambda: _head(path))
+    except OSError as e:  # a file that cannot be opened; _decode turns a decoder's OSError into its reason
+        return _unreadable(path, e), None, None
+
+
+def try_decode_bytes(data: bytes) -> tuple[str | None, str | None, str | None]:
+    """try_decode for an image held in memory (a shard's sample)."""
+    import io
+
+    return _decode(io.BytesIO(data), len(data), lambda: data[:256])
+
+
+def _decode(source, size: int, head) -> tuple[str | None, str | None, str | None]:
+    """Pillow decodes the whole image as DALI would take it; a failure's reason names the format when the header does.
+    `head` gives the first bytes, read only to explain a failure."""
     from PIL import Image, UnidentifiedImageError
 
     from runner.data.pixels import dali_refuses, rgb_as_dali
 
-    if path.lower().endswith(CACHE_SUFFIXES):
-        return _load_array(path)
-    try:
-        size = os.stat(path).st_size
-    except OSError as e:
-        return _unreadable(path, e), None, None
     if size == 0:
         return "zero bytes", None, None
     fmt = mode = None
     try:
-        with Image.open(path) as image:
+        with Image.open(source) as image:
             fmt, mode = image.format, image.mode
             image.load()
             rgb_as_dali(image)
     except UnidentifiedImageError:
-        return f"not an image ({_sniff(path)})", None, None
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-        return _unreadable(path, e), None, None
+        return f"not an image ({_sniff(head())})", None, None
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
     except Exception as e:  # noqa: BLE001 - any decoder failure is a bad file, reported with its reason
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        fmt = fmt or _magic_format(path)  # a file cut inside its header fails before Pillow names it
+        fmt = fmt or _magic_format(head())  # a file cut inside its header fails before Pillow names it
         if "truncated" in message.lower():
             return f"truncated {fmt or 'image'} (ends after {size} bytes)", fmt, mode
         return f"does not decode as {fmt or 'an image'}: {message}", fmt, mode
@@ -332,9 +344,12 @@ _MAGIC = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG", "PNG"), (b"GIF8", "GIF"), (b"B
           (b"MM\0*", "TIFF"), (b"RIFF", "WEBP"), (b"\0\0\0\x0cjP", "JPEG2000"), (b"\xff\x4f\xff\x51", "JPEG2000"))
 
 
-def _magic_format(path: str) -> str | None:
+def _head(path: str) -> bytes:
     with open(path, "rb") as f:
-        head = f.read(12)
+        return f.read(256)
+
+
+def _magic_format(head: bytes) -> str | None:
     return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
 
 
@@ -344,9 +359,7 @@ def _unreadable(path: str, e: OSError) -> str:
     return f"unreadable: {e.strerror or e}"
 
 
-def _sniff(path: str) -> str:
-    with open(path, "rb") as f:
-        head = f.read(256)
+def _sniff(head: bytes) -> str:
     try:
         words = " ".join(head.decode("utf-8").split())
     except UnicodeDecodeError:

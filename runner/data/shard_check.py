@@ -2,12 +2,11 @@
 every sample's image decoded and every label read, one process per shard."""
 from __future__ import annotations
 
-import io
 from collections import Counter
 from pathlib import Path
 
 from runner.data.pool import Progress, map_in_pool
-from runner.data.scan import CheckReport, FileIssue, setup_decoder
+from runner.data.scan import CheckReport, FileIssue, setup_decoder, try_decode_bytes
 from runner.data.shardset import (
     IMAGE_EXTS,
     LABEL_EXT,
@@ -44,7 +43,7 @@ def _check_shard(task: tuple[str, int, str]) -> tuple[list[tuple[str, str]], Cou
         if not isinstance(label, int) or not 0 <= label < classes:
             issues.append((where, f"label {label} is beyond the {classes} classes ({label_name})"))
             continue
-        reason, fmt, mode = decode_bytes(image())
+        reason, fmt, mode = try_decode_bytes(image())
         if reason:
             issues.append((where, reason))
         else:
@@ -87,24 +86,3 @@ def _read(f, sample, ext: str) -> bytes:
     offset, size, _ = sample.components[ext]
     f.seek(offset)
     return f.read(size)
-
-
-def decode_bytes(data: bytes) -> tuple[str | None, str | None, str | None]:
-    """runner.data.scan.try_decode for an image held in memory."""
-    from PIL import Image, UnidentifiedImageError
-
-    from runner.data.pixels import dali_refuses, rgb_as_dali
-
-    if not data:
-        return "zero bytes", None, None
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            fmt, mode = image.format, image.mode
-            image.load()
-            rgb_as_dali(image)
-    except UnidentifiedImageError:
-        return "not an image", None, None
-    except Exception as e:  # noqa: BLE001 - any decoder failure is a bad sample, reported with its reason
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return f"does not decode: {message}", None, None
-    return dali_refuses(fmt, mode), fmt, mode
