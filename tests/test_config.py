@@ -308,3 +308,11 @@ def test_mapping_values_are_typed(project):
     assert error_of(path, ["tracking.tags.mlflow.parentRunId=abc"]) == (
         "command line 'tracking.tags.mlflow.parentRunId=abc': tracking.tags.mlflow: {'parentRunId': 'abc'} is not "
         "valid; expected a string. A key with dots is written in brackets: tracking.tags[mlflow.parentRunId]=VALUE.")
+
+
+def test_validate_shows_the_models_constructor_arguments(project, capsys):
+    path = write(project, "model:\n  name: timm/resnet18\n  num_classes: 10\n  kwargs: {drop_path_rate: 0.05, "
+                          "drop_rate: 0.1}\npipelines: {train: {use: imagenet_train}}\n")
+    code, out, err = run_cli(["validate", path, "trainer.accelerator=cpu"], capsys)
+    assert code == 0, err
+    assert "timm/resnet18 (10 classes), drop_path_rate 0.05, drop_rate 0.1" in " ".join(out.split())

@@ -48,6 +48,7 @@ def print_validated(v: Validated) -> None:
     init = cfg.model.init
     rows = [
         ["model", f"{cfg.model.name} ({cfg.model.num_classes} classes)"
+         + "".join(f", {key} {value}" for key, value in cfg.model.kwargs.items())
          + (f", from {init.source}" + (", new head" if init.new_head else "") if init else "")],
         ["optimizer", f"{cfg.optimizer.name}, lr {lr:g}" + (f" ({cfg.optimizer.lr:g} per {cfg.optimizer.lr_reference_batch} "
                                                             f"images, global batch {batch})" if lr != cfg.optimizer.lr
