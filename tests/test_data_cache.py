@@ -553,3 +553,15 @@ def test_a_run_on_a_cache_whose_source_changed_since_says_so_for_jpeg_and_raw_ca
         f"files in 3 classes, {before['bytes']} bytes; now 13 files in 3 classes, {after['bytes']} bytes). This run "
         f"reads the images as they were then; `runner data cache {src.resolve()} jpeg --format jpeg --max-side 48 "
         "--quality 90` brings the cache up to date.\n")
+
+
+def test_a_builds_temporary_name_is_one_a_rerun_removes_once_its_process_is_gone(monkeypatch, tmp_path):
+    from runner.data.cache import dead_temporary, temporary_path
+
+    shard_index = tmp_path / "train" / "shard-000003.idx"
+    alive = temporary_path(shard_index)
+    assert alive.parent == shard_index.parent and alive.name.startswith(".shard-000003.idx.tmp-")
+    assert not dead_temporary(alive.name)  # this process is still writing it
+    monkeypatch.setattr(os, "getpid", lambda: 4194300)  # a pid no process here holds (near pid_max)
+    assert dead_temporary(temporary_path(shard_index).name)
+    assert not dead_temporary("shard-000003.idx") and not dead_temporary(".shard-000003.idx.tmp-4194300")

@@ -279,6 +279,12 @@ def _empty(folder: str) -> bool:
 _TEMP = re.compile(rf"\.(.+)\.tmp-{re.escape(socket.gethostname())}-(\d+)")
 
 
+def temporary_path(path: Path) -> Path:
+    """Where a build on this machine writes `path` before renaming it into place: .NAME.tmp-HOST-PID, which a rerun
+    removes once that process is gone (dead_temporary)."""
+    return path.with_name(f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+
+
 def dead_temporary(name: str) -> bool:
     """Whether `name` is a temporary file (.NAME.tmp-HOST-PID) of a build on this machine whose process is gone."""
     temp = _TEMP.fullmatch(name)
@@ -333,7 +339,7 @@ def _cache_one(task: _Task) -> _Outcome:
         return _Outcome("skipped", try_decode(task.src)[0] or "does not decode")
     if array is None:  # decodes, but not as a format DALI's decoder reads
         return _Outcome("skipped", try_decode(task.src)[0] or "a format DALI's decoder does not read")
-    tmp = Path(task.dst).with_name(f".{Path(task.dst).name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    tmp = temporary_path(Path(task.dst))
     try:
         with open(tmp, "wb") as f:
             np.save(f, array, allow_pickle=False)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from runner.data.cache import (
     claim_cache,
     find_splits,
     stale_entries,
+    temporary_path,
     write_cache_skip_list,
     write_json_atomic,
 )
@@ -251,7 +251,7 @@ def _encode_one(task: _Task) -> _Outcome:
         return _Outcome("skipped", try_decode(task.src)[0] or "does not decode")
     if image is None:  # decodes, but not as a format DALI's decoder reads
         return _Outcome("skipped", try_decode(task.src)[0] or "a format DALI's decoder does not read")
-    tmp = Path(task.dst).with_name(f".{Path(task.dst).name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    tmp = temporary_path(Path(task.dst))
     try:
         if plan.copy:
             shutil.copyfile(task.src, tmp)  # a new mtime: newer than the source, as _complete wants

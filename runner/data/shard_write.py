@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import random
-import socket
 import struct
 import time
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from runner.data.cache import (
     claim_cache,
     dead_temporary,
     find_splits,
+    temporary_path,
     write_json_atomic,
 )
 from runner.data.labels import LabelMap, extra_classes, extra_classes_error, load_label_map
@@ -223,7 +223,7 @@ def _write_shard(task: _ShardTask) -> _Outcome:
     kept = _kept(task, tar)
     if kept is not None:
         return _Outcome("kept", kept, tuple(tuple(x) for x in kept.get("skipped", ())))
-    tmp = tar.with_name(f".{tar.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    tmp = temporary_path(tar)
     index = tar.with_suffix(INDEX)
     skipped, labels, source_bytes = [], [], 0
     try:
@@ -274,7 +274,7 @@ def _tfrecord_writer(stream, index: Path):
 
     writer = RecordWriter(stream)
     yield lambda s, data: writer.write(data, s.label, s.name.rsplit("/", 1)[0], s.name)
-    tmp = index.with_name(f".{index.name}.tmp-{os.getpid()}")
+    tmp = temporary_path(index)
     write_index(writer.index, tmp)
     os.replace(tmp, index)
 
@@ -285,7 +285,7 @@ def _index(tar: Path, index: Path) -> None:
 
     from wds2idx import IndexCreator
 
-    tmp = index.with_name(f".{index.name}.tmp-{os.getpid()}")
+    tmp = temporary_path(index)
     with redirect_stdout(io.StringIO()), IndexCreator(str(tar), str(tmp), verbose=False) as creator:
         creator.create_index()
     os.replace(tmp, index)
