@@ -145,6 +145,15 @@ def test_other_settings_in_the_same_folder_are_refused(tmp_path, images, capsys)
     assert "holds shards made with other settings: shuffle_seed 0 (wanted 7)" in err
 
 
+def test_shards_inside_their_source_are_refused_before_anything_is_written(tmp_path, images, capsys):
+    src = tmp_path / "src"
+    shutil.copytree(images, src)
+    code, _, err = run_cli(["data", "shard", src, src / "shards"], capsys)
+    assert code == 2
+    assert "Put the shards outside the dataset." in " ".join(err.split())
+    assert not (src / "shards").exists()
+
+
 def test_a_file_that_does_not_decode_is_left_out_and_listed(tmp_path, capsys):
     root = source(tmp_path / "images")
     bad = root / "train" / "c1" / "003.jpg"

@@ -140,17 +140,7 @@ def find_splits(src: Path) -> list[str]:
     return [e.name for e in subfolders]
 
 
-def check_outside_source(src: Path, dst: Path, what: str = "cache") -> None:
-    s, d = src.resolve(), dst.resolve()
-    if s == d or s in d.parents:
-        raise DataError(f"is inside the source folder {display_path(src)}; the reader would take its folders for "
-                        f"classes. Put the {what} outside the dataset.", file=dst)
-    if d in s.parents:
-        raise DataError(f"holds the source folder {display_path(src)}; put the {what} in a folder of its own.",
-                        file=dst)
-
-
-# ---- the marker ----------------------------------------------------------------------------------
+# ---- the folder a command fills: where it may go, its marker ---------------------------------
 
 @dataclass(frozen=True)
 class MadeFolder:
@@ -166,6 +156,16 @@ class MadeFolder:
 
 CACHE_FOLDER = MadeFolder(marker=MARKER, made_by="runner data cache", held="a cache", it="it", kind="a cache",
                           noun="the cache", remake="build the cache")
+
+
+def check_outside_source(src: Path, dst: Path, made: MadeFolder = CACHE_FOLDER) -> None:
+    s, d = src.resolve(), dst.resolve()
+    if s == d or s in d.parents:
+        raise DataError(f"is inside the source folder {display_path(src)}; the reader would take its folders for "
+                        f"classes. Put {made.noun} outside the dataset.", file=dst)
+    if d in s.parents:
+        raise DataError(f"holds the source folder {display_path(src)}; put {made.noun} in a folder of its own.",
+                        file=dst)
 
 
 def settings_diff(old: dict, wanted: dict) -> str:

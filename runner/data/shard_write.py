@@ -112,7 +112,7 @@ def build_shards(src: Path, dst: Path, *, format: str = "webdataset", shard_mb: 
     splits = find_splits(src)
     scans = {split: scan_image_folder(src / split) for split in splits}  # SRC's mistakes before DST is touched
     labels = _label_map(src, splits, train_split)
-    check_outside_source(src, dst, "shards")
+    check_outside_source(src, dst, SHARD_FOLDER)
     plans = {split: _plan(src, dst, split, scans[split], labels, settings, shuffle=split in ("", train_split))
              for split in splits}
     claim_cache(dst, settings, src, SHARD_FOLDER)

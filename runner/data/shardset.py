@@ -209,7 +209,8 @@ def _missing_index(shard: Path, index: Path, rebuild: str) -> DataError:
 
 
 def _trusted(shard: Path, index: Path, record: dict) -> bool:
-    return (record.get("bytes") == shard.stat().st_size and record.get("mtime_ns") == shard.stat().st_mtime_ns
+    stat = shard.stat()
+    return (record.get("bytes") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns
             and record.get("index_sha256") == index_digest(index))
 
 
