@@ -446,7 +446,7 @@ def _tf_rewrite(root: Path, change) -> None:
     from runner.data.tfrecord import parse_index, read_examples
 
     shard = root / "train" / "shard-000001.tfrecord"
-    examples = read_examples(shard, parse_index(shard.with_suffix(".idx")))
+    examples = list(read_examples(shard, parse_index(shard.with_suffix(".idx"))))
     change(examples[0])
     writer = TFRecordWriter(str(shard))
     for example in examples:

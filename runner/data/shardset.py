@@ -250,14 +250,14 @@ def _check_tfrecord(shard: Path, record: dict, classes: int, known: int, rebuild
     if _trusted(shard, index, record):
         low, high = record.get("labels") or (0, -1)
     else:
-        examples = read_examples(shard, records)
-        for n, example in enumerate(examples):
+        labels = []
+        for n, example in enumerate(read_examples(shard, records)):
             if not isinstance(example.get(LABEL_KEY), int):
                 raise DataError(f"record {n} has no label: no single int64 '{LABEL_KEY}' feature. Every record needs "
                                 f"one; run {rebuild}.", file=shard)
             if not example.get(IMAGE_KEY):
                 raise DataError(f"record {n} has no image ('{IMAGE_KEY}'); run {rebuild}.", file=shard)
-        labels = [e[LABEL_KEY] for e in examples]
+            labels.append(example[LABEL_KEY])
         low, high = (min(labels), max(labels)) if labels else (0, -1)
     _check_labels(shard, low, high, classes, known, rebuild)
 

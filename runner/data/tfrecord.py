@@ -10,6 +10,7 @@ readers.file returns them, with every other argument DALI's reader takes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 IMAGE_KEY = "image/encoded"
@@ -58,11 +59,10 @@ def record_length(header: bytes) -> int:
     return struct.unpack("<Q", header[:8])[0]
 
 
-def read_examples(path: Path, index: list[tuple[int, int]]) -> list[dict]:
-    """Every record's features as {key: bytes or int}, read at the offsets of the index."""
+def read_examples(path: Path, index: list[tuple[int, int]]) -> Iterator[dict]:
+    """Each record's features as {key: bytes or int}, read at the offsets of the index, one record at a time."""
     from tfrecord import example_pb2
 
-    out = []
     with open(path, "rb") as f:
         for offset, size in index:
             f.seek(offset)
@@ -74,8 +74,7 @@ def read_examples(path: Path, index: list[tuple[int, int]]) -> list[dict]:
                 kind = feature.WhichOneof("kind")
                 values = list(getattr(feature, kind).value) if kind else []
                 features[key] = values[0] if len(values) == 1 else values
-            out.append(features)
-    return out
+            yield features
 
 
 def tfrecord(*, path, index_path, name=None, **reader_args):
