@@ -141,7 +141,7 @@ def _own_cpu() -> float:
 def _rate(overrides: tuple[str, ...], warmup: int, batches: int) -> float:
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     loader = create_loader(validate(EXPERIMENT, list(overrides), accelerator="cpu"), "train", Dist())
     stream = _forever(loader)

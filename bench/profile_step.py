@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.telemetry import thread_times  # noqa: E402  (after the path: run as a script from a checkout)
+from runner.train.telemetry import thread_times  # noqa: E402  (after the path: run as a script from a checkout)
 
 NEXT_BATCH = "runner.next_batch"  # the profiler's label for the training thread's wait for its next batch
 BLOCKING = re.compile(r"Synchronize|Free|Malloc|HostAlloc|HostRegister|MemAlloc|EventQuery|StreamQuery|Memcpy(?!Async)")
@@ -175,9 +175,9 @@ def main(argv: list[str]) -> int:
 
     from runner.bench.measure import BareStep, sync_device
     from runner.dist import setup
-    from runner.launch import torch_threads
-    from runner.train import training_stream
-    from runner.validate import validate
+    from runner.run.validate import validate
+    from runner.train.launch import torch_threads
+    from runner.train.loop import training_stream
 
     v = validate(args.experiment, ["tracking.enabled=false", *args.overrides])
     d = setup(v.target.accelerator)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from runner import console
-from runner.telemetry import STREAM_WAIT
+from runner.train.telemetry import STREAM_WAIT
 
 log = logging.getLogger("runner")
 

@@ -21,8 +21,8 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from runner.accumulate import create_train_loader
 from runner.dist import Dist
+from runner.loaders.slots import create_train_loader
 from tests.conftest import REPO, run_cli, write_image_folder
 
 EXPERIMENT = """\
@@ -97,7 +97,7 @@ def _digests(loader, epochs: int = 2) -> dict[tuple[int, int, int], str]:
 
 @pytest.mark.parametrize("loader", ["dali", "torchvision", "synthetic"])
 def test_one_process_with_two_slots_reads_the_batches_of_two_processes(exp, loader):
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     overrides = [f"data.loader={loader}", "data.torchvision.num_workers=0", "data.image_size=16",
                  "data.torchvision.train=[RandomResizedCrop(16), ToTensor()]", "data.synth.per_class=4"]
@@ -122,7 +122,7 @@ def test_the_compiled_train_pipeline_is_slot_0s_and_reads_its_batches(exp, proje
 
     import numpy as np
 
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     out_file = project / "train_pipeline.py"
     code, _, err = run_cli(["compile", exp, "-o", out_file], capsys)

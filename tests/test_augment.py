@@ -14,7 +14,7 @@ from runner.augment.policy import GRAMMAR, RAND_INCREASING_TRANSFORMS, TimmRandA
 from runner.augment.timm_augment import BINS_PER_UNIT, _op_indices, build_suite, magnitude_bins
 from runner.dsl.compile import PipelineArgs, build_pipeline
 from runner.errors import ConfigError
-from runner.validate import validate
+from runner.run.validate import validate
 from tests.conftest import run_cli
 
 FILL = 5.0  # the constant images' value: any erased pixel differs from it

@@ -11,8 +11,8 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from runner.average import Kept, Rule, average_state_dicts, choose, read_kept, with_defaults
 from runner.errors import DataError
+from runner.weights.average import Kept, Rule, average_state_dicts, choose, read_kept, with_defaults
 from tests.conftest import run_cli
 
 # random batches on the CPU (no data to read): three epochs of two steps, a checkpoint each, all three kept; an
@@ -181,9 +181,9 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_last_2_averages_the_two_latest_checkpoints_into_a_run_linked_to_the_source(at_runs, capsys):
-    from runner.model_init import plan_init
-    from runner.tracking.weights import fetch_run_weights
-    from runner.validate import validate
+    from runner.run.validate import validate
+    from runner.weights.init import plan_init
+    from runner.weights.store import fetch_run_weights
 
     before = len(averages_of(at_runs, at_runs.kept))
     code, out, err = run_cli(["average", at_runs.kept, "--last", "2"], capsys)

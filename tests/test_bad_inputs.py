@@ -463,7 +463,7 @@ def test_interpolation_in_an_override_resolves_with_the_config(project, capsys):
 def test_scan_split_names_the_key_that_points_at_the_data(project):
     from runner.data.splits import scan_split
     from runner.errors import DataError
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     only_train(project)
     (project / "experiments" / "exp.yaml").write_text(EXP)

@@ -268,7 +268,7 @@ def test_tune_output_elsewhere_includes_the_experiment_by_a_relative_path(tiny, 
 
 def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
     from runner.bench.tune import CPU_SHARE, TuneResult, _applies, as_overrides, baseline_settings, knobs
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     v = validate(tiny, accelerator="gpu")
     ks = knobs(v)
@@ -362,7 +362,7 @@ def test_each_row_is_divided_by_the_ceiling_of_its_own_trainer_settings(tiny):
     from runner.bench.report import markdown
     from runner.bench.suite import plan, rows_of
     from runner.bench.suitefile import Entry, Suite
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     entries = [Entry(name="eager", experiment=str(tiny), overrides=(), loaders=("dali", "dali-cpu")),
                Entry(name="compiled", experiment=str(tiny), overrides=("trainer.compile=true",), loaders=("dali",)),
@@ -524,7 +524,7 @@ def test_the_shipped_suites_are_the_ones_checked_below():
 @pytest.mark.parametrize("name", SHIPPED_SUITES)
 def test_every_shipped_suite_checks(name):
     from runner.bench.suitefile import load_suite
-    from runner.validate import validate
+    from runner.run.validate import validate
     from tests.conftest import REPO
 
     words = {"compact-cache": ["vars.cache_root=/data/compact"], "jpeg-compiled": ["vars.data_root=/data/jpegs"],
@@ -541,7 +541,7 @@ def test_every_shipped_suite_checks(name):
 def test_stream_priority_is_not_a_step_setting_so_every_placement_shares_one_ceiling():
     from runner.bench.suite import plan
     from runner.bench.suitefile import load_suite
-    from runner.validate import validate
+    from runner.run.validate import validate
     from tests.conftest import REPO
 
     suite = load_suite(REPO / "bench" / "suites" / "jpeg-compiled.yaml", ["vars.data_root=/data/jpegs"])
@@ -561,7 +561,7 @@ def test_stream_priority_is_not_a_step_setting_so_every_placement_shares_one_cei
 def test_mix_and_ema_are_step_settings_so_each_recipe_is_measured_as_its_own_ceiling():
     from runner.bench.suite import plan
     from runner.bench.suitefile import load_suite
-    from runner.validate import validate
+    from runner.run.validate import validate
     from tests.conftest import REPO
 
     suite = load_suite(REPO / "bench" / "suites" / "recipe-cost.yaml", [])

@@ -6,9 +6,9 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from runner.budgets import Budgets, time_to_key
 from runner.config.sections import StopAtConfig, TimeToConfig, TrainerConfig
-from runner.train import predict
+from runner.train.budgets import Budgets, time_to_key
+from runner.train.loop import predict
 from tests.conftest import REPO, run_cli, write_image_folder
 from tests.test_config import write
 

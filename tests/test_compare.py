@@ -267,8 +267,8 @@ def test_80_columns_keep_every_group_value_whole(store):
 def test_seed_params_are_every_seed_runinfo_logs():
     from types import SimpleNamespace
 
-    from runner import runinfo
     from runner.repro.groups import SEED_PARAMS
+    from runner.run import runinfo
 
     assert SEED_PARAMS == {"seed", *runinfo.seeds(SimpleNamespace(seed=0), 2)}
 

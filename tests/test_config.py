@@ -233,7 +233,7 @@ def test_use_is_found_from_the_file_that_names_it(project):
 
 def test_resolved_experiment_stands_alone(project):
     # what runs log and `runner export` writes: merged values, no include left
-    from runner.repro.snapshot import _dump, inline_pipelines
+    from runner.run.snapshot import _dump, inline_pipelines
 
     write(project, "data: {num_threads: 2, prefetch: 4}\npipelines: {train: {use: imagenet_train}}\n", "base.yaml")
     path = write(project, "include: base.yaml\ndata: {num_threads: 3}\n")

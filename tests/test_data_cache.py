@@ -219,7 +219,7 @@ def test_cli_prints_sizes_and_the_ratio(src, tmp_path, capsys, monkeypatch):
 def test_the_shipped_cache_pipelines_read_the_cache_with_the_labels_of_the_class_folders(src, tmp_path, project):
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     build_cache(src, tmp_path / "cache", max_side=MAX_SIDE, workers=2)
     (project / "experiments" / "cache.yaml").write_text(f"""
@@ -467,7 +467,7 @@ def test_the_shipped_jpeg_pipelines_read_the_jpeg_cache_with_the_class_labels(sr
     from runner.data.jpeg_cache import build_jpeg_cache
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     build_jpeg_cache(src, tmp_path / "jpeg", max_side=MAX_SIDE, quality=90, workers=2)
     mean, std = np.array([0.485, 0.456, 0.406]) * 255, np.array([0.229, 0.224, 0.225]) * 255

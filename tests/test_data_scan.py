@@ -259,7 +259,7 @@ def test_missing_skip_list(tmp_path, monkeypatch):
 
 def test_runner_cache_holds_reader_file_lists_cached_skip_lists_and_fetched_weights(tmp_path, monkeypatch):
     from runner.data.skips import skip_list_locations, write_file_list
-    from runner.tracking.weights import cache_dir
+    from runner.weights.store import cache_dir
 
     split = tmp_path / "data" / "train"
     monkeypatch.setenv("RUNNER_CACHE", str(tmp_path / "rc"))

@@ -117,7 +117,7 @@ def batch_digest(overrides: list[str], **validate_args) -> str:
     """sha256 of two epochs of experiments/det.yaml's training batches (images and labels) under `overrides`."""
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     loader = create_loader(validate("experiments/det.yaml", overrides, **validate_args), "train", Dist())
     h = hashlib.sha256()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from runner.dsl.compile import PipelineArgs, build_pipeline
-from runner.validate import validate
+from runner.run.validate import validate
 from tests.conftest import run_cli
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from runner.dsl.compile import PipelineArgs, build_pipeline
-from runner.validate import validate
+from runner.run.validate import validate
 from tests.conftest import REPO, run_cli, write_image_folder
 from tests.corpus import direct
 

@@ -17,7 +17,7 @@ from timm.utils.model_ema import ModelEmaV3
 from torch import nn
 
 from runner.config.sections import EmaConfig
-from runner.ema import ModelEma, ema_decay
+from runner.train.ema import ModelEma, ema_decay
 from tests.conftest import REPO, free_port, write_image_folder
 
 

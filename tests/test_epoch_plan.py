@@ -77,9 +77,9 @@ def ramp(project) -> Path:
 
 
 def test_each_epoch_reads_its_side_and_its_own_order(ramp):
-    from runner.accumulate import create_train_loader
     from runner.data.splits import train_label_map
-    from runner.validate import validate
+    from runner.loaders.slots import create_train_loader
+    from runner.run.validate import validate
 
     v = validate("experiments/ramp.yaml", ["data.num_threads=1"])
     world = 2
@@ -99,8 +99,8 @@ def test_each_epoch_reads_its_side_and_its_own_order(ramp):
 
 
 def test_the_torchvision_loader_deals_the_same_repeats(ramp):
-    from runner.accumulate import create_train_loader
-    from runner.validate import validate
+    from runner.loaders.slots import create_train_loader
+    from runner.run.validate import validate
 
     v = validate("experiments/ramp.yaml", ["data.loader=torchvision", "~pipelines.train.resolution",
                                            "data.torchvision.num_workers=0"])
@@ -164,7 +164,7 @@ def test_a_launch_logs_each_epochs_side_and_resumes_mid_ramp_bit_for_bit(ramp):
 ])
 def test_bad_schedules(ramp, override, expected):
     from runner.errors import ConfigError
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     with pytest.raises(ConfigError) as e:
         validate("experiments/ramp.yaml", [override])
@@ -179,9 +179,9 @@ def test_preview_names_the_epochs_side(ramp, capsys):
 
 
 def test_a_checkpoint_of_a_ramp_resumes_under_that_ramp_only(ramp):
-    from runner.checkpoint import check_resumable, fixed_settings
     from runner.errors import ConfigError
-    from runner.validate import validate
+    from runner.run.validate import validate
+    from runner.weights.checkpoint import check_resumable, fixed_settings
 
     saved = {"fixed_settings": fixed_settings(validate("experiments/ramp.yaml"), 1)}
     check_resumable(saved, Path("last.pt"), fixed_settings(validate("experiments/ramp.yaml"), 1))

@@ -13,7 +13,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from runner.evaluation import Evaluation, class_names
+from runner.evaluate.sums import Evaluation, class_names
 from tests.conftest import REPO, run_cli, write_image_folder
 
 TINY = """\
@@ -254,7 +254,7 @@ def test_two_process_gloo_evaluation(at_origin):
 def test_many_classes_print_the_most_confused_pairs_and_the_ends_of_the_per_class_table():
     from rich.console import Console
 
-    from runner.evaluation_report import confusion_table, per_class_table
+    from runner.evaluate.report import confusion_table, per_class_table
 
     k = 60
     confusion = torch.eye(k, dtype=torch.long) * 4

@@ -166,7 +166,7 @@ def test_a_resume_from_a_run_neither_here_nor_in_the_store_is_refused(workdir):
 
 
 def test_a_kill_during_a_checkpoint_write_keeps_the_last_good_one(tmp_path):
-    from runner import checkpoint
+    from runner.weights import checkpoint
 
     first = checkpoint.save({"step": 1, "weights": torch.ones(10)}, tmp_path)
     script = textwrap.dedent(f"""\

@@ -59,7 +59,7 @@ def dali_labels(project: Path, root: Path, role: str, filters: str = "") -> dict
     """{class/file: label} as the DALI loader yields them, read from real batches (file paths as images)."""
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     path = project / "experiments" / "paths.yaml"
     text = PATHS.format(root=root, batch=4)
@@ -76,7 +76,7 @@ def dali_labels(project: Path, root: Path, role: str, filters: str = "") -> dict
 def torchvision_labels(project: Path, root: Path, role: str) -> dict[str, int]:
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     v = validate(experiment(project, root, loader="torchvision", name="tv.yaml"), accelerator="cpu")
     dataset = create_loader(v, role, Dist()).dataset
@@ -126,7 +126,7 @@ def reader_samples(root: Path, shards: int, shard: int, **kwargs) -> list[list[t
 def test_the_injected_file_list_reads_what_file_root_reads_when_the_folders_agree(project, image_dataset, shuffle,
                                                                                    shards, shard):
     """Same files, same order, same labels, epoch after epoch: runs whose splits agree keep their batches."""
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     v = validate(experiment(project, image_dataset), accelerator="cpu")
     for role, split in (("train", "train"), ("eval", "val")):
@@ -210,7 +210,7 @@ def test_torchvision_and_the_decoded_cache_label_every_file_as_the_dali_loader_d
         assert cached.items() <= torchvision_labels(project, gapped, role).items() and len(cached) >= 10
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     v = validate(experiment(project, cache, train="imagenet_train_cache", eval="imagenet_eval_cache",
                             name="cache.yaml"), accelerator="cpu")

@@ -7,7 +7,7 @@ import torch
 
 from runner.dist import Dist
 from runner.loaders import create_loader
-from runner.validate import validate
+from runner.run.validate import validate
 
 # a pipeline whose "images" are the file paths, so tests can see which samples each rank read
 PATHS = """\
@@ -177,7 +177,7 @@ def test_a_hybrid_loader_resumes_both_copies_where_they_stopped(project, image_d
 
 
 def test_a_hybrid_loader_times_the_wait_for_each_pipeline(project, image_dataset):
-    from runner.accumulate import SlotLoader
+    from runner.loaders.slots import SlotLoader
 
     _, [a, b] = hybrid_loaders(project, image_dataset, 4, 0.5, 2)
     assert a.part_waits() == {"train": 0.0, "train.hybrid": 0.0}
@@ -220,7 +220,7 @@ def thread_cores() -> dict[str, set[str]]:
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_reserved_cores_keep_dali_threads_off_the_training_thread(project, image_dataset, monkeypatch):
-    from runner import affinity
+    from runner.loaders import affinity
 
     before = os.sched_getaffinity(0)
     monkeypatch.setattr(affinity, "_split", {})
@@ -303,7 +303,7 @@ def test_channels_last_and_half_precision_pipelines_give_the_trainer_the_same_im
 
 
 def test_the_model_gets_its_memory_format_and_fp32_when_autocast_is_off():
-    from runner.train import model_input
+    from runner.train.loop import model_input
 
     half = torch.randn(2, 24, 32, 3, dtype=torch.float16).permute(0, 3, 1, 2)  # channels last, as HWC arrives
     plain = model_input(half, False, {"enabled": False})

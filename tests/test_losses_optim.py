@@ -13,12 +13,12 @@ from timm.data import mixup as timm_mixup
 from timm.loss import BinaryCrossEntropy
 from timm.optim import list_optimizers
 
+from runner.augment.mix import mixup_target
 from runner.config import load_experiment
 from runner.config.sections import LossConfig, OptimizerConfig, SchedulerConfig
 from runner.errors import ConfigError
-from runner.losses import create_losses
-from runner.mix import mixup_target
-from runner.optim import check_optimizer, create_optimizer, create_scheduler
+from runner.optim.optimizers import check_optimizer, create_optimizer, create_scheduler
+from runner.train.losses import create_losses
 from tests.test_config import write
 
 CLASSES = 7
@@ -152,7 +152,7 @@ def test_layer_decay_scales_each_group_through_the_schedule():
                                           "or remove trainer.loss.target_threshold."),
 ])
 def test_bad_optimizer_and_loss_settings(project, override, expected):
-    from runner.validate import check_names
+    from runner.run.validate import check_names
 
     path = write(project, "model: {name: resnet18, num_classes: 7}\noptimizer: {name: sgd}\n"
                           "pipelines: {train: {use: imagenet_train}}\n")
@@ -174,7 +174,7 @@ def ffcv_cyclic_lr(epoch: float, lr: float, epochs: int, lr_peak_epoch: int) -> 
 
 
 def test_linear_schedule_with_warmup_is_ffcvs_cyclic():
-    from runner.optim import lr_factor
+    from runner.optim.optimizers import lr_factor
 
     steps_per_epoch, epochs = 10, 16
     factor = lr_factor(SchedulerConfig(name="linear", warmup_epochs=2, warmup_start_factor=1e-4), steps_per_epoch,

@@ -8,8 +8,7 @@ import torch
 from timm.data import mixup as timm_mixup
 from timm.loss import SoftTargetCrossEntropy
 
-from runner.config.sections import MixConfig
-from runner.mix import (
+from runner.augment.mix import (
     Mixer,
     cutmix_boxes,
     mix_generator,
@@ -18,6 +17,7 @@ from runner.mix import (
     mixup_target,
     square_boxes,
 )
+from runner.config.sections import MixConfig
 
 B, C, H, W, CLASSES = 6, 3, 20, 28, 5
 

@@ -1,4 +1,4 @@
-"""runner/models.py: torchvision's and timm's architectures by name, their kwargs, and their classifiers."""
+"""runner/models/zoo.py: torchvision's and timm's architectures by name, their kwargs, and their classifiers."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torchvision
 
 from runner.config.sections import ModelConfig
-from runner.models import (
+from runner.models.zoo import (
     MODELS,
     TIMM_PREFIX,
     TORCHVISION_MODELS,

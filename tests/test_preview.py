@@ -48,8 +48,8 @@ def experiment(project, colours):
 
 
 def checked(path, *overrides):
-    from runner.launch import checked_with_data, ensure_data
-    from runner.validate import validate
+    from runner.run.validate import validate
+    from runner.train.launch import checked_with_data, ensure_data
 
     v = validate(path, list(overrides))
     ensure_data(v, quiet=True)
@@ -58,7 +58,7 @@ def checked(path, *overrides):
 
 def first_batch(v, pipeline):
     """(display pixels, labels) of the first batch the preview's loader yields."""
-    from runner.preview import batch_denorms, create_preview_loader, display_pixels, preview_dist
+    from runner.preview.batches import batch_denorms, create_preview_loader, display_pixels, preview_dist
 
     loader = create_preview_loader(v, pipeline, preview_dist(v))
     images, labels = next(iter(loader.epoch()))
@@ -77,7 +77,7 @@ def assert_colours_match_labels(pixels, labels, names, tolerance=6):
 # --------------------------------------------------------------------------------------- normalisation
 
 def test_dali_mean_and_std_are_read_from_the_graph_and_undone(experiment):
-    from runner.preview import batch_denorms
+    from runner.preview.batches import batch_denorms
 
     v = checked(experiment)
     [(_, denorm)] = batch_denorms(v, "train")
@@ -127,7 +127,7 @@ def inline_experiment(project, colours, *last: str):
     (["images = flip(images, horizontal=0)"], "", (0.0,)),
 ])
 def test_other_normalisations_and_scales(project, colours, last, source, mean):
-    from runner.preview import batch_denorms
+    from runner.preview.batches import batch_denorms
 
     v = checked(inline_experiment(project, colours, *last))
     [(_, denorm)] = batch_denorms(v, "train")
@@ -138,7 +138,7 @@ def test_other_normalisations_and_scales(project, colours, last, source, mean):
 
 
 def test_normalize_with_its_own_statistics_is_stretched(project, colours):
-    from runner.preview import batch_denorms
+    from runner.preview.batches import batch_denorms
 
     v = checked(inline_experiment(project, colours, "images = normalize(images, axes=[0, 1])"))
     [(_, denorm)] = batch_denorms(v, "train")
@@ -149,7 +149,7 @@ def test_normalize_with_its_own_statistics_is_stretched(project, colours):
 def test_torchvision_loader_is_undone_in_its_0_to_1_units(experiment):
     v = checked(experiment, "data.loader=torchvision", "data.torchvision.num_workers=0", "data.torchvision.train=["
                 "\"RandomResizedCrop(32)\",\"ToTensor()\",\"Normalize(mean=[0.4, 0.5, 0.6], std=[0.2, 0.3, 0.4])\"]")
-    from runner.preview import batch_denorms
+    from runner.preview.batches import batch_denorms
 
     assert batch_denorms(v, "train")[0][1].mean == (0.4, 0.5, 0.6)
     pixels, labels = first_batch(v, "train")
@@ -159,7 +159,7 @@ def test_torchvision_loader_is_undone_in_its_0_to_1_units(experiment):
 # -------------------------------------------------------------------------------------------- captions
 
 def test_captions_from_labels_and_from_soft_targets():
-    from runner.preview import _font, caption_lines, captions
+    from runner.preview.batches import _font, caption_lines, captions
 
     names = ["cat", "dog", "fox"]
     assert captions(torch.tensor([2, 0, 7]), names) == [[("fox", 1.0)], [("cat", 1.0)], [("label 7", 1.0)]]

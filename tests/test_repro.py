@@ -297,7 +297,7 @@ def test_snapshot_pins_the_logged_pipeline_and_drops_identity_tags(project, imag
     from omegaconf import OmegaConf
 
     from runner.config import load_experiment
-    from runner.repro.snapshot import inline_pipelines, write_snapshot
+    from runner.run.snapshot import inline_pipelines, write_snapshot
     from runner.tracking.store import get_run
 
     exp = project / "experiments" / "tiny.yaml"
@@ -341,11 +341,11 @@ def test_drift_lists_what_differs_from_the_runs_machine(tiny):
     """Versions, GPU, code and layout as the run's tags say, against this machine measured the same way."""
     import dataclasses
 
-    from runner import runinfo
     from runner.repro.drift import machine_differences
-    from runner.telemetry import gpu_info
+    from runner.run import runinfo
+    from runner.run.validate import validate
     from runner.tracking.store import RunRecord
-    from runner.validate import validate
+    from runner.train.telemetry import gpu_info
 
     v = validate(tiny)
     here = {("runner.python" if k == "python" else k): val for k, val in runinfo.versions().items()}
@@ -373,8 +373,8 @@ def test_drift_names_the_cache_a_run_read_and_how_to_make_it_here(project, image
     from runner.data.manifest import run_params
     from runner.data.scan import fingerprint
     from runner.repro.drift import cache_differences
+    from runner.run.validate import validate
     from runner.tracking.store import RunRecord
-    from runner.validate import validate
 
     for side in (48, 32):
         build_jpeg_cache(image_dataset, tmp_path / f"c{side}", max_side=side, quality=90, workers=1)

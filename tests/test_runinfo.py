@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.runinfo import git_state
+from runner.run.runinfo import git_state
 
 
 def _git(repo: Path, *args: str) -> None:

@@ -3,8 +3,8 @@
 import pytest
 
 from runner.dsl.catalog import load_catalog
-from runner.models import MODELS
-from runner.optim import SCHEDULES, lr_factor, optimizer_names
+from runner.models.zoo import MODELS
+from runner.optim.optimizers import SCHEDULES, lr_factor, optimizer_names
 from tests.conftest import REPO, run_cli
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
@@ -34,7 +34,7 @@ def test_the_compiled_experiment_splits_each_batch_and_validate_says_how(capsys,
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
 def test_pipeline_checks_on_both_targets(path, target, project):
     from runner.dsl.check import check_graph
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     role = "eval" if "eval" in path.stem else "train"
     exp = project / "experiments" / "p.yaml"
@@ -75,7 +75,7 @@ def test_every_model_runs_forward_on_cpu(name):
     import torch
 
     from runner.config.sections import ModelConfig
-    from runner.models import create_model
+    from runner.models.zoo import create_model
 
     model = create_model(ModelConfig(name=name, num_classes=7)).eval()
     size = 224 if name.startswith(("vit", "swin", "maxvit")) else 96 if name == "inception_v3" else 64

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from runner.telemetry import (
+from runner.train.telemetry import (
     STREAM_WAIT,
     CpuSampler,
     GpuSampler,

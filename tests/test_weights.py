@@ -103,7 +103,7 @@ def test_the_store_keeps_the_last_and_the_best_checkpoint(trained):
 @pytest.mark.slow
 def test_fetch_run_weights_from_another_store(trained, tmp_path, monkeypatch):
     from runner.errors import RunnerError
-    from runner.tracking.weights import fetch_run_weights
+    from runner.weights.store import fetch_run_weights
 
     root, uri, run_id = trained
     monkeypatch.chdir(tmp_path)  # its ./mlflow.db (the default store) does not exist
@@ -151,16 +151,16 @@ def torchvision_resnet18(folder: Path) -> Path:
 
 
 def planned(project: Path, *overrides: str):
-    from runner.model_init import plan_init
-    from runner.validate import validate
+    from runner.run.validate import validate
+    from runner.weights.init import plan_init
 
     return plan_init(validate(synth(project / "experiments" / "ft.yaml", model="resnet18", classes=5), overrides))
 
 
 def test_fine_tune_from_a_torchvision_state_dict(project):
-    from runner.model_init import apply_init
-    from runner.models import create_model
-    from runner.validate import validate
+    from runner.models.zoo import create_model
+    from runner.run.validate import validate
+    from runner.weights.init import apply_init
 
     file = torchvision_resnet18(project / "weights")
     plan = planned(project, f"model.init.source={file}", "model.init.new_head=true")
@@ -186,7 +186,7 @@ def test_a_ddp_state_dict_loads_without_its_prefix_and_skip_patterns_leave_keys_
 
 
 def test_fine_tune_from_a_checkpoint_file_non_strict_lists_what_did_not_load(project, capsys):
-    from runner.train import build_model  # noqa: F401 - the same model the loop builds
+    from runner.train.loop import build_model  # noqa: F401 - the same model the loop builds
 
     file = torchvision_resnet18(project / "weights")
     state = torch.load(file)
@@ -227,7 +227,7 @@ def test_resume_ignores_model_init(project, capsys):
 
 
 def test_classifier_keys_of_torchvision_models():
-    from runner.model_init import classifier_keys
+    from runner.weights.init import classifier_keys
 
     with torch.device("meta"):
         found = {name: classifier_keys(getattr(torchvision.models, name)())

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from runner.accumulate import MicroBatch
 from runner.bench.stats import PART_WAIT_KEY
 from runner.dist import Dist, setup
-from runner.telemetry import PART_WAIT, STREAM_WAIT, LaunchThreadsWindow
+from runner.loaders.slots import MicroBatch
+from runner.train.telemetry import PART_WAIT, STREAM_WAIT, LaunchThreadsWindow
 
 
 def sync_device(d: Dist) -> None:
@@ -35,7 +35,7 @@ def _batches(loader):
 
 def loader_only(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
     from runner.loaders import create_loader
-    from runner.telemetry import GpuSampler
+    from runner.train.telemetry import GpuSampler
 
     loader = create_loader(v, "train", d, feeds_model=False)
     batches = _batches(loader)
@@ -81,7 +81,7 @@ class CaptureTracker:
 
 def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     """Training through runner's own loop (telemetry, tracking, progress on), warm-up windows dropped."""
-    from runner.train import train
+    from runner.train.loop import train
 
     capture = CaptureTracker(tracker)
     result = train(v, d, capture, run_id=f"bench-{int(time.time())}")
@@ -110,13 +110,13 @@ def _mean(values: list[float]) -> float | None:
 
 
 class BareStep:
-    """train()'s own step (runner.train.train_step: forward, backward, clipping, loss scaling, optimizer,
+    """train()'s own step (runner.train.loop.train_step: forward, backward, clipping, loss scaling, optimizer,
     schedule) on the same loader and model, in the plainest loop: what runner's loop around it is compared with.
     Calling it runs one training step; `wait` accumulates the seconds spent in `next()`."""
 
     def __init__(self, v, d: Dist):
         from runner.loaders import create_loader
-        from runner.train import build_model, build_step, configure_torch, train_step
+        from runner.train.loop import build_model, build_step, configure_torch, train_step
 
         configure_torch(v.config, d)
         model = build_model(v.config, d)
@@ -142,7 +142,7 @@ class BareStep:
 
 
 def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
-    from runner.train import training_stream
+    from runner.train.loop import training_stream
 
     with training_stream(v.config.trainer, d.device):  # the stream train() runs on
         step = BareStep(v, d)
@@ -164,8 +164,8 @@ def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[
     import threading
 
     from runner.loaders import create_loader
-    from runner.telemetry import GpuSampler
-    from runner.train import training_stream
+    from runner.train.loop import training_stream
+    from runner.train.telemetry import GpuSampler
 
     ahead, drawn, failed = max(1, v.config.data.prefetch), [0], []
     turn, stop = threading.Condition(), threading.Event()
@@ -220,7 +220,7 @@ def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     mode, warmup, steps = spec["mode"], spec["warmup"], spec["steps"]
     overrides = list(spec["overrides"])
@@ -231,7 +231,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                       f"trainer.checkpoint_dir={spec['scratch']}"]
     v = validate(spec["experiment"], overrides)
     d = setup(v.target.accelerator)
-    from runner.launch import torch_threads
+    from runner.train.launch import torch_threads
 
     torch_threads(d)
     if mode == "loader":
@@ -245,8 +245,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         return beside_the_loader(v, v_synthetic, d, warmup, steps)
     tracker = None
     if spec.get("parent_run_id") and v.config.tracking.enabled:
-        from runner.launch import run_params
         from runner.tracking import MlflowTracker, resolve_tracking_uri
+        from runner.train.launch import run_params
 
         tracker = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri), v.config.tracking.experiment,
                                 run_name=spec["name"], tags={"mlflow.parentRunId": spec["parent_run_id"],

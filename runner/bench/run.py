@@ -81,7 +81,7 @@ def _given(req: BenchRequest) -> dict[str, int]:
 
 def machine() -> dict[str, str]:
     from runner.machine import cpu_cores
-    from runner.telemetry import gpu_info
+    from runner.train.telemetry import gpu_info
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
@@ -185,7 +185,7 @@ def _validate(suite: Suite, entry):
     """The entry's experiment checked for this machine; a mistake names the suite file's line too."""
     from runner.bench.variants import DALI_LOADERS, variants
     from runner.errors import RunnerError
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     try:
         # a synthetic or torchvision bench runs where DALI is not installed, and makes no data it does not read
@@ -202,7 +202,7 @@ def prepare(suite: Suite, run_notes: Callable[[Any], None]) -> list:
     """Validate every entry, then make the data and caches they read (each once)."""
     from runner.bench.variants import cache_dir, size_note, variants
     from runner.data.paths import data_root
-    from runner.launch import ensure_data
+    from runner.train.launch import ensure_data
 
     validated = [_validate(suite, e) for e in suite.entries]
     noted, made = False, set()
@@ -233,7 +233,7 @@ def measure_rounds(suite: Suite, jobs: list, out_dir: Path, parent) -> BenchResu
     """Every job once a round, with a progress bar over all of them and a line as each finishes."""
     from runner.bench.suite import BenchResult, run_rounds, stamp
     from runner.progress import progress_bar
-    from runner.runinfo import git_state, versions
+    from runner.run.runinfo import git_state, versions
 
     measured = [j for j in jobs if j.mode]
     total, done = len(measured) * suite.repeat, 0

@@ -53,9 +53,9 @@ def run_tune(req: TuneRequest, run_notes: Callable[[Any], None],
     from runner.data.paths import data_root, split_dir
     from runner.errors import ConfigError
     from runner.files import check_writable
-    from runner.launch import ensure_data
-    from runner.telemetry import gpu_info
-    from runner.validate import validate
+    from runner.run.validate import validate
+    from runner.train.launch import ensure_data
+    from runner.train.telemetry import gpu_info
 
     path, overrides = req.experiment, req.overrides
     output = check_writable(req.output if req.output else default_output(Path(path)))  # before the trials
@@ -93,7 +93,7 @@ def _trials(req: TuneRequest, ks: list, start: dict[str, Any]):
     from runner.bench.suite import measure
     from runner.bench.tune import Trial, as_overrides, search
     from runner.errors import RunnerError
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     path, overrides = req.experiment, req.overrides
     out_dir = Path("bench-out") / f"tune-{Path(path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"

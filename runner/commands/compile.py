@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.files import check_writable, write_text_atomic
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     path, overrides = experiment_and_overrides(args)
     if args.output:

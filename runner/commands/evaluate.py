@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.commands.args import split_overrides
-    from runner.evaluate import evaluate_command
+    from runner.evaluate.command import evaluate_command
 
     files, overrides = split_overrides(args.overrides)
     if len(files) > 1:

@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.repro.snapshot import export_yaml
+    from runner.run.snapshot import export_yaml
     from runner.tracking.store import get_run, store_uri
     uri = store_uri(args.uri)
     record = get_run(uri, args.run_id)

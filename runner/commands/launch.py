@@ -18,8 +18,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.dist import under_torchrun
-    from runner.launch import WORKER_ENV, launch
-    from runner.validate import validate
+    from runner.run.validate import validate
+    from runner.train.launch import WORKER_ENV, launch
 
     path, overrides = experiment_and_overrides(args)
     v = validate(path, overrides)

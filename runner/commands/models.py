@@ -19,7 +19,7 @@ def run(args) -> int:
 def print_models(pattern: str | None) -> None:
     from rich.markup import escape
 
-    from runner.models import TIMM_EXTRA, model_sources, timm_models
+    from runner.models.zoo import TIMM_EXTRA, model_sources, timm_models
 
     rows = model_sources(pattern)
     title = f"{len(rows)} models" + (f" matching '{escape(pattern)}'" if pattern else "")

@@ -13,7 +13,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import timm.optim
 
-    from runner.optim import optimizer_names, optimizer_parameters
+    from runner.optim.optimizers import optimizer_names, optimizer_parameters
 
     names = optimizer_names(args.filter)
     rows = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 from runner import console
 from runner.commands.args import add_experiment, experiment_and_overrides, label_notes, run_notes
 from runner.errors import ConfigError, RunnerError, did_you_mean
-from runner.preview import PIPELINES
+from runner.preview.batches import PIPELINES
 
 
 def register(sub) -> None:
@@ -53,9 +53,9 @@ def check_pipeline(v, pipeline: str) -> None:
 
 def run(args) -> int:
     from runner.files import check_writable, write_bytes_atomic
-    from runner.launch import checked_with_data, ensure_data
-    from runner.preview import preview_png
-    from runner.validate import validate
+    from runner.preview.batches import preview_png
+    from runner.run.validate import validate
+    from runner.train.launch import checked_with_data, ensure_data
 
     path, overrides = experiment_and_overrides(args)
     check_arguments(args)
@@ -68,7 +68,7 @@ def run(args) -> int:
     label_notes(v)
     ensure_data(v)
     v = checked_with_data(v)
-    from runner.preview import epoch_side
+    from runner.preview.batches import epoch_side
 
     side = epoch_side(v, args.pipeline, args.epoch)
     if side is not None:

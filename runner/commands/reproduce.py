@@ -30,10 +30,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.launch import checked_with_data, ensure_data, launch
     from runner.repro.drift import cache_differences, data_differences, label_differences, machine_differences
-    from runner.repro.snapshot import write_snapshot
+    from runner.run.snapshot import write_snapshot
     from runner.tracking.store import get_run, store_uri
+    from runner.train.launch import checked_with_data, ensure_data, launch
 
     files, overrides = split_overrides(args.overrides)
     if files:
@@ -67,9 +67,9 @@ def run(args) -> int:
 
 def evaluate_weights(record, v, uri: str, which: str) -> int:
     """The run's checkpoint, fetched from its store, evaluated here by the run's eval pipeline (one process)."""
-    from runner.checkpoint import load
-    from runner.evaluate import evaluate_main_split
-    from runner.tracking.weights import fetch_run_weights
+    from runner.evaluate.command import evaluate_main_split
+    from runner.weights.checkpoint import load
+    from runner.weights.store import fetch_run_weights
 
     file = fetch_run_weights(record.run_id, uri, which=which)
     state = load(file)
@@ -86,7 +86,7 @@ def evaluate_weights(record, v, uri: str, which: str) -> int:
 def _validate(record, experiment: Path, overrides: list[str]):
     """validate(), with the run's commit named when its logged config does not load with this runner."""
     from runner.errors import ConfigError
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     try:
         return validate(experiment, overrides)

@@ -16,9 +16,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.errors import DataError, error_at
-    from runner.launch import launch
+    from runner.run.validate import validate
     from runner.tracking import open_store_run, resolve_tracking_uri
-    from runner.validate import validate
+    from runner.train.launch import launch
 
     uri = resolve_tracking_uri(args.uri, error_at("--uri", file="command line") if args.uri else None)
     stored = open_store_run(uri, args.run_id)
@@ -39,7 +39,7 @@ def fetched_checkpoint(v, stored, uri: str) -> Path:
     """The run's last.pt where this experiment keeps the run's checkpoints, else its last checkpoint in the store,
     downloaded there (launch.fetch_checkpoint)."""
     from runner.errors import DataError
-    from runner.launch import fetch_checkpoint
+    from runner.train.launch import fetch_checkpoint
 
     try:
         return fetch_checkpoint(v, stored.run_id, uri)

@@ -91,7 +91,7 @@ def _log_model(bundle: str, uri: str, run_id: str) -> None:
     import json
     from pathlib import Path
 
-    from runner.tracking.weights import INDEX, log_logged_model
+    from runner.weights.store import INDEX, log_logged_model
 
     artifacts = Path(bundle) / "artifacts"
     index = artifacts / INDEX

@@ -6,7 +6,7 @@ from runner.commands.args import label_notes, run_notes, split_overrides
 from runner.data.paths import data_root
 from runner.errors import RunnerError, display_path
 from runner.loaders.dali_plan import HYBRID, hybrid_batches
-from runner.validate import Validated
+from runner.run.validate import Validated
 
 
 def register(sub) -> None:
@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     files, overrides = split_overrides(args.items)
     if not files:
@@ -40,8 +40,8 @@ def print_validated(v: Validated) -> None:
         data = f"{cfg.data.root}" + ("" if root.is_dir() else " (not found here)")
     else:
         data = f"synthetic JPEGs in {root}" + (" (generated)" if root.is_dir() else " (generated at launch)")
-    from runner.accumulate import global_batch
-    from runner.optim import scaled_lr
+    from runner.loaders.slots import global_batch
+    from runner.optim.optimizers import scaled_lr
 
     batch = global_batch(cfg, v.target.world)
     lr = scaled_lr(cfg.optimizer, batch)

@@ -24,9 +24,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.recipes import check_recipes
 from runner.config.sections import Experiment, HybridConfig, PipelineConfig
+from runner.config.typed import build
 from runner.config.yamlfile import YamlFile
 from runner.errors import ConfigError, Locator, did_you_mean, display_path, error_at, first_line, list_names
-from runner.typed import build
 
 PIPELINE_ROLES = ("train", "eval")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runner.typed import bounded
+from runner.config.typed import bounded
 
 Precision = Literal["fp32", "bf16", "fp16"]
 

@@ -30,7 +30,7 @@ class PipelineArgs:
     prefetch_queue_depth: int = 2
     enable_checkpointing: bool = False
     checkpoint: str | None = None  # a saved pipeline state to resume from (readers and RNGs)
-    set_affinity: bool = False     # pin DALI's CPU threads to $DALI_AFFINITY_MASK (see runner.affinity)
+    set_affinity: bool = False     # pin DALI's CPU threads to $DALI_AFFINITY_MASK (see runner.loaders.affinity)
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(batch_size=self.batch_size, num_threads=self.num_threads, device_id=self.device_id,

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from runner import affinity
 from runner.config.sections import DataConfig, PipelinesConfig
 from runner.data.paths import split_dir
 from runner.dist import Dist
 from runner.errors import ConfigError, DataError, display_path
+from runner.loaders import affinity
 from runner.loaders.dali_plan import HYBRID, pipeline_args
 
 if TYPE_CHECKING:

@@ -253,7 +253,9 @@ def dali_threads(data: DataConfig, target: Dist) -> int:
         return int(data.num_threads)
     slots = max(1, target.slots)  # gradient accumulation: one pipeline per slot, all in this process
     if data.reserved_cores:
-        from runner.affinity import PROCESS_CORES  # the training thread may be pinned to the reserved ones by now
+        from runner.loaders.affinity import (
+            PROCESS_CORES,  # the training thread may be pinned to the reserved ones by now
+        )
 
         return max(1, (len(PROCESS_CORES) // max(1, target.local_world) - data.reserved_cores) // slots)
     return max(1, int(cpu_cores() / max(1, target.local_world) / slots * 0.75))
@@ -284,7 +286,7 @@ def pipeline_args(data: DataConfig, pipelines: PipelinesConfig, role: str, targe
 
 
 def compiled_source(v, role: str) -> str:
-    """The role's pipeline (a runner.validate.Validated experiment's) as runnable DALI Python."""
+    """The role's pipeline (a runner.run.validate.Validated experiment's) as runnable DALI Python."""
     from runner.dsl.emit import emit_source
     from runner.errors import display_path
 
@@ -298,7 +300,7 @@ def compiled_source(v, role: str) -> str:
     origin = display_path(v.loaded.path) + (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else "")
     target, graph = v.target, v.graphs[role]
     if role != "eval" and v.accumulation > 1:  # each reader slot is a shard of processes x accumulation: slot 0's
-        from runner.accumulate import slot_views
+        from runner.loaders.slots import slot_views
 
         target = slot_views(v.target, v.accumulation)[0]
         graph = checked_pipelines(v.loaded, target, roles=("train",))[role]

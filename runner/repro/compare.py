@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.budgets import TIME_TO
 from runner.repro.groups import Group, differing_params
 from runner.repro.stats import SIGNIFICANT, Spread, p_text, spread, welch_p
 from runner.tracking.store import RunRecord, metric_history
+from runner.train.budgets import TIME_TO
 
 # (metric, x axis label, y axis label, scale): one panel of the chart each
 CURVES = (("train/loss", "step", "train loss", 1.0), ("eval/top1", "epoch", "eval top-1 (%)", 100.0),

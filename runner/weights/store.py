@@ -84,9 +84,9 @@ def restore_last_checkpoint(uri: str, run_id: str, directory: Path) -> tuple[Pat
     it as index.json (unless one is there), so that a run resumed on another machine goes on keeping its stored
     checkpoints and its best. Returns the file and the checkpoint's step. Raises DataError when the run logged no
     checkpoint."""
-    from runner.checkpoint import LAST
-    from runner.checkpoint_log import INDEX as LOCAL_INDEX
     from runner.files import write_text_atomic
+    from runner.weights.checkpoint import LAST
+    from runner.weights.kept import INDEX as LOCAL_INDEX
 
     index = read_index(uri, run_id)
     if index is None:

@@ -1,6 +1,6 @@
 """Models by name: torchvision's classification architectures, and timm's as `timm/<name>` when timm is installed.
 
-Every model starts from random weights (or model.init's, runner/model_init.py); nothing is downloaded.
+Every model starts from random weights (or model.init's, runner/weights/init.py); nothing is downloaded.
 """
 from __future__ import annotations
 

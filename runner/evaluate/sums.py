@@ -2,7 +2,7 @@
 (rows: true label, columns: predicted label), and what is read from them (metrics, per-class accuracy,
 the most confused pairs, the JSON and CSV artifacts).
 
-The sums are made on the device by runner.train.evaluate_split and all-reduced once at the end.
+The sums are made on the device by runner.train.loop.evaluate_split and all-reduced once at the end.
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def log_evaluation(tracker, ev: Evaluation, prefix: str, classes: list[str]) -> 
     import tempfile
     from pathlib import Path
 
-    from runner.confusion_plot import draw_confusion
+    from runner.evaluate.confusion import draw_confusion
 
     tracker.log_text(ev.to_json(prefix, classes), f"evaluation/{prefix}.json")
     tracker.log_text(ev.per_class_csv(classes), f"evaluation/{prefix}_per_class.csv")

@@ -60,7 +60,7 @@ def fixed_settings(v, world: int) -> dict[str, Any]:
     """The settings a checkpoint's state is shaped by: the model's and optimizer's state dicts, and the readers'
     positions (which files each process lists, in which order, in batches of what size, in which epoch's pipeline),
     and whether it holds averaged weights (trainer.ema). Saved with it."""
-    from runner.accumulate import global_batch
+    from runner.loaders.slots import global_batch
 
     cfg = v.config
     train = v.loaded.pipelines.get("train")

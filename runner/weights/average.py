@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from runner import checkpoint, console
+from runner import console
 from runner.errors import DataError, RunnerError, counted, did_you_mean, display_path, list_names
+from runner.weights import checkpoint
 
 AVERAGES_TAG = "runner.averages"   # the id of the run whose checkpoints were averaged
 DEFAULT_METRIC = "eval/top1"
@@ -58,10 +59,10 @@ class Kept:
 def average_command(run_id: str, rule: Rule, *, ema: bool, overrides: list[str], uri: str | None,
                     out: Path = Path("averaged")) -> int:
     """`runner average`: choose the run's kept checkpoints, average them, evaluate the average as a new run."""
-    from runner.evaluate import evaluate_command
-    from runner.repro.snapshot import write_snapshot
+    from runner.evaluate.command import evaluate_command
+    from runner.run.snapshot import write_snapshot
+    from runner.run.validate import validate
     from runner.tracking.store import get_run, store_uri
-    from runner.validate import validate
 
     check_overrides(overrides)
     store = store_uri(uri)
@@ -103,7 +104,7 @@ def check_overrides(overrides: list[str]) -> None:
 def kept_checkpoints(record, store: str) -> tuple[list[Kept], Path | None]:
     """The checkpoints the run kept, oldest first: from its artifact store (fetched into the cache), else from its
     folder here (returned as the second value, None for the store)."""
-    from runner.tracking.weights import read_index
+    from runner.weights.store import read_index
 
     index = read_index(store, record.run_id)
     if index is not None:
@@ -118,7 +119,7 @@ def kept_checkpoints(record, store: str) -> tuple[list[Kept], Path | None]:
 
 def fetch_kept(store: str, run_id: str, index: dict[str, Any], name: str) -> Path:
     """One stored checkpoint as a file in runner's cache (downloaded once, as fetch_run_weights does)."""
-    from runner.tracking.weights import cache_dir, download
+    from runner.weights.store import cache_dir, download
 
     target = cache_dir() / run_id / Path(name).name
     if target.is_file() and target.stat().st_size == index.get("sizes", {}).get(name, -1):
@@ -128,8 +129,8 @@ def fetch_kept(store: str, run_id: str, index: dict[str, Any], name: str) -> Pat
 
 def local_files(record, store: str) -> tuple[dict[str, Path], Path]:
     """last.pt and best.pt of a run that logged no checkpoint to its store, in its folder here."""
-    from runner.checkpoint_log import BEST, INDEX
-    from runner.evaluate import run_checkpoint
+    from runner.evaluate.command import run_checkpoint
+    from runner.weights.kept import BEST, INDEX
 
     last = run_checkpoint(record, store)  # raises, naming where it looked, when there is none
     index_file = last.parent / INDEX
@@ -272,7 +273,7 @@ def write_average(run_id: str, chosen: list[Kept], rule: Rule, key: str, out: Pa
     optimizer or reader state: it evaluates and initialises, it does not resume), with the newest checkpoint's
     step, epoch, experiment and label map, and which run's checkpoints it averages under "averaged". Its run_id
     is the source's until link_run names the run that holds it."""
-    from runner.checkpoint_log import step_name
+    from runner.weights.kept import step_name
 
     newest: dict[str, Any] = {}
 
@@ -302,12 +303,12 @@ def link_run(record, store: str, path: Path, state: dict[str, Any], rule: Rule, 
     """The evaluation's run made the average's: tagged with the source, which checkpoints as params, the average
     as its checkpoint (checkpoints/step-N.pt and index.json, so its id works where a run's weights are asked
     for). Returns its id and how the tracker finished (FinishResult)."""
-    from runner.checkpoint_log import INDEX, STORE_DIR, step_name
     from runner.config.sections import TrackingConfig
-    from runner.evaluate import EVALUATES_TAG
-    from runner.evaluation_report import description
+    from runner.evaluate.command import EVALUATES_TAG
+    from runner.evaluate.report import description
     from runner.tracking import create_tracker
     from runner.tracking.store import find_runs
+    from runner.weights.kept import INDEX, STORE_DIR, step_name
 
     found = find_runs(store, experiment=record.experiment, limit=1,
                       tags={EVALUATES_TAG: record.run_id, "runner.evaluated_checkpoint": str(path.resolve())})

@@ -5,7 +5,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.accumulate import accumulation_note, check_accumulation
 from runner.config import LoadedExperiment, load_experiment
 from runner.config.load import schedule_notes
 from runner.data.eval_splits import check_split_names
@@ -13,9 +12,10 @@ from runner.data.labels import LabelMap
 from runner.data.splits import check_caches, check_labels
 from runner.dist import Dist
 from runner.loaders.dali_plan import checked_pipelines
+from runner.loaders.slots import accumulation_note, check_accumulation
 from runner.machine import processes_per_node, resolve_accelerator
-from runner.models import check_model
-from runner.optim import SCHEDULES, check_optimizer
+from runner.models.zoo import check_model
+from runner.optim.optimizers import SCHEDULES, check_optimizer
 
 
 @dataclass(frozen=True)

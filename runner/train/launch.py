@@ -70,7 +70,7 @@ def check_extra_eval_splits(v, *, quiet: bool) -> None:
 
 def checked_with_data(v, *, quiet: bool = False):
     """validate.with_data, saying its notes when it made them (the data was generated after validation)."""
-    from runner.validate import with_data
+    from runner.run.validate import with_data
 
     checked = with_data(v)
     if checked is not v and not quiet:
@@ -104,7 +104,7 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
         return run_worker(v, resume=resume)
     init = None
     if v.config.model.init is not None and not resume:
-        from runner.model_init import plan_init
+        from runner.weights.init import plan_init
 
         init = plan_init(v)  # weights that do not fit fail here, before any work; workers find a fetch cached
     ensure_data(v)
@@ -168,9 +168,9 @@ def stale_cache_notes(fingerprints: dict[str, tuple[Path, dict]]) -> None:
 
 def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None = None) -> dict[str, str]:
     """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
-    from runner import runinfo
-    from runner.accumulate import check_accumulation
     from runner.data import manifest
+    from runner.loaders.slots import check_accumulation
+    from runner.run import runinfo
     from runner.tracking import flatten
 
     accumulation = check_accumulation(v.loaded, world)
@@ -205,8 +205,8 @@ def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, d
     needs."""
     from omegaconf import OmegaConf
 
-    from runner import runinfo
     from runner.loaders.dali_plan import compiled_source
+    from runner.run import runinfo
 
     tracker.set_tags(runinfo.run_tags(v, world))
     for data in split_inputs(v, fingerprints):
@@ -216,7 +216,7 @@ def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, d
         tracker.log_text(v.labels.to_json(), LABEL_MAP_ARTIFACT)
     for role in v.graphs:
         tracker.log_text(compiled_source(v, role), f"pipelines/{role}_pipeline.py")
-    from runner.repro.snapshot import pipeline_files
+    from runner.run.snapshot import pipeline_files
 
     for name, text in pipeline_files(v.loaded).items():  # the `use:` files, so a re-run needs no checkout
         tracker.log_text(text, name)
@@ -225,9 +225,9 @@ def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, d
 def run_worker(v, *, resume: str | None = None, init=None) -> int:
     """One training process: join the group, train, record, tear down."""
     from runner import dist
-    from runner.summary import print_summary
     from runner.sweep.child import on_end, on_fresh_start, sweep_parent
-    from runner.train import train
+    from runner.train.loop import train
+    from runner.train.summary import print_summary
 
     d = dist.setup(v.target.accelerator)
     torch_threads(d)
@@ -272,7 +272,7 @@ def run_worker(v, *, resume: str | None = None, init=None) -> int:
         if d.enabled and dist.peer_failed(e):  # not this rank's fault: the first failure is reported above
             console.err.print(f"rank {d.rank}: stopping: another process of this run failed "
                               f"({str(e).splitlines()[0][:160]}).", markup=False)
-            from runner.train import StopRequest
+            from runner.train.loop import StopRequest
 
             if StopRequest.received is None:  # else torchrun's stop came already: end now
                 dist.await_stop()
@@ -292,7 +292,7 @@ def prepare_init(v, d, *, resumed: bool, plan=None):
         if d.main:
             console.note(f"model.init ({init.source}) is ignored: --resume continues from the checkpoint's weights.")
         return None
-    from runner.model_init import init_note, label_note, plan_init
+    from runner.weights.init import init_note, label_note, plan_init
 
     plan = plan or plan_init(v)
     if d.main:
@@ -306,8 +306,8 @@ def log_model(v, uri: str, run_id: str, checkpoint: Path | None) -> None:
     """The run's LoggedModel, pointing at its best (else last) checkpoint in the store: MLflow's Models column."""
     from omegaconf import OmegaConf
 
-    from runner.checkpoint_log import INDEX
-    from runner.tracking.weights import log_logged_model
+    from runner.weights.kept import INDEX
+    from runner.weights.store import log_logged_model
 
     index_file = checkpoint.parent / INDEX if checkpoint else None
     if index_file is None or not index_file.is_file():
@@ -328,7 +328,7 @@ def torch_threads(d) -> None:
 
 def load_resume(v, resume: str, world: int) -> dict:
     """The checkpoint --resume names, refused if the experiment's settings do not fit it."""
-    from runner import checkpoint
+    from runner.weights import checkpoint
 
     path = resolve_resume(v, resume)
     state = checkpoint.load(path)
@@ -341,7 +341,7 @@ AUTO_RESUME = "auto"  # --resume auto: the latest checkpoint if there is one, el
 
 def auto_resume(v) -> str | None:
     """The experiment's latest checkpoint under trainer.checkpoint_dir, said; None (a fresh start) when it has none."""
-    from runner import checkpoint
+    from runner.weights import checkpoint
 
     found = checkpoint.find_latest(v.config.trainer.checkpoint_dir, v.config.name)
     if found is None:
@@ -353,7 +353,7 @@ def auto_resume(v) -> str | None:
 
 def resolve_resume(v, resume: str) -> Path:
     """--resume PATH | RUN_ID | last -> a checkpoint file."""
-    from runner import checkpoint
+    from runner.weights import checkpoint
 
     tc = v.config.trainer
     path = Path(resume)
@@ -394,9 +394,9 @@ def fetch_checkpoint(v, run_id: str, uri: str, *, missing_ok: bool = False) -> P
     checkpoints (with the store's checkpoint index), for a resume on a machine that does not have it. Where the
     store lacks the run or the run logged no checkpoint: None with `missing_ok`, else RunnerError / DataError. A
     download that fails raises either way."""
-    from runner import checkpoint
     from runner.tracking.store import get_run
-    from runner.tracking.weights import restore_last_checkpoint
+    from runner.weights import checkpoint
+    from runner.weights.store import restore_last_checkpoint
 
     try:
         run_id = get_run(uri, run_id).run_id

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.evaluation import Evaluation
+from runner.evaluate.sums import Evaluation
 
 _NAMED = 40       # up to this many classes, every row and column is named
 _NUMBERED = 20    # up to this many, every cell shows its count

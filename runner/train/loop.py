@@ -18,23 +18,20 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from runner import checkpoint
-from runner.accumulate import MicroBatch, check_accumulation, create_train_loader, global_batch
-from runner.budgets import Budgets
-from runner.checkpoint_log import CheckpointLog
+from runner.augment.mix import Mixer
 from runner.dist import Dist, all_gather_objects, all_sum
-from runner.ema import ModelEma, ema_split_prefix
-from runner.evaluation import Evaluation, class_names, log_evaluation
+from runner.evaluate.sums import Evaluation, class_names, log_evaluation
 from runner.loaders import create_loader
 from runner.loaders.epochs import resolution_at
-from runner.losses import create_losses
-from runner.mix import Mixer
-from runner.model_init import InitPlan, apply_init
-from runner.models import create_model
-from runner.optim import create_optimizer, create_scheduler
-from runner.preview import BatchPreview
+from runner.loaders.slots import MicroBatch, check_accumulation, create_train_loader, global_batch
+from runner.models.zoo import create_model
+from runner.optim.optimizers import create_optimizer, create_scheduler
+from runner.preview.batches import BatchPreview
 from runner.progress import NoProgress, TrainProgress
-from runner.telemetry import (
+from runner.train.budgets import Budgets
+from runner.train.ema import ModelEma, ema_split_prefix
+from runner.train.losses import create_losses
+from runner.train.telemetry import (
     PART_WAIT,
     STREAM_WAIT,
     CpuSampler,
@@ -43,6 +40,9 @@ from runner.telemetry import (
     LoaderMeter,
     StreamWaitMeter,
 )
+from runner.weights import checkpoint
+from runner.weights.init import InitPlan, apply_init
+from runner.weights.kept import CheckpointLog
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 STOPPED_AT_TAG = "runner.stopped_at"  # why trainer.stop_at ended the run early

@@ -16,8 +16,9 @@ from typing import Any
 
 import yaml
 
-from runner import checkpoint, console
+from runner import console
 from runner.errors import ConfigError, DataError, display_path
+from runner.weights import checkpoint
 
 EVALUATES_TAG = "runner.evaluates"        # the id of the run whose weights were evaluated
 WEIGHTS = ("model", "ema")  # the checkpoint keys holding weights: the trained ones, the averaged ones
@@ -59,8 +60,8 @@ def run_checkpoint(record, store: str) -> Path:
     """The checkpoint of a tracked run: its best (else last) one from the run's artifact store, or, for a run that
     logged none there, the one its runner.checkpoint tag names, else its run folder under the logged
     trainer.checkpoint_dir on this machine."""
-    from runner.repro.snapshot import logged_config
-    from runner.tracking.weights import fetch_run_weights
+    from runner.run.snapshot import logged_config
+    from runner.weights.store import fetch_run_weights
 
     try:
         return fetch_run_weights(record.run_id, tracking_uri=store, which="best")
@@ -89,7 +90,7 @@ def resolve_source(source: str, experiment: str | None, uri: str | None, out: Pa
         folder = out / str(state.get("run_id") or path.stem) / "experiments"
         exp = Path(experiment) if experiment else write_experiment(state["config"], folder, path.stem)
         return Source(weights=path, run_id=state.get("run_id"), experiment=exp)
-    from runner.repro.snapshot import write_snapshot
+    from runner.run.snapshot import write_snapshot
     from runner.tracking.store import get_run, store_uri
 
     store = store_uri(uri)
@@ -151,10 +152,10 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
                      out: Path = Path("evaluated")) -> int:
     """`runner evaluate`: resolve what is evaluated, check the data, run the evaluation here or under torchrun."""
     from runner.dist import under_torchrun
-    from runner.validate import validate
+    from runner.run.validate import validate
 
     if under_torchrun():
-        from runner.launch import WORKER_ENV
+        from runner.train.launch import WORKER_ENV
 
         if WORKER_ENV not in os.environ or experiment is None:
             raise ConfigError("runner evaluate starts its own processes: run it without torchrun, with "
@@ -168,7 +169,7 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
                  + f" with {shlex.join([display_path(src.experiment), *overrides])}")
     if v.target.world == 1:
         return run_eval_worker(v, src.weights, state)
-    from runner.launch import run_torchrun, torchrun_args
+    from runner.train.launch import run_torchrun, torchrun_args
 
     return run_torchrun(torchrun_args(v, str(src.experiment), overrides, [],
                                       command=("evaluate", str(src.weights.resolve()))), v.processes)
@@ -178,7 +179,7 @@ def prepared(v, state: dict[str, Any], weights: Path):
     """The experiment with its data made and checked (the eval splits alone), and refused for a label map other
     than the weights' or no eval pipeline."""
     from runner.commands.args import label_notes, run_notes
-    from runner.launch import checked_with_data, ensure_data
+    from runner.train.launch import checked_with_data, ensure_data
 
     if v.config.data.loader == "dali" and v.config.pipelines.eval is None:
         raise ConfigError("the experiment has no eval pipeline (pipelines.eval is not set): set one, e.g. "
@@ -195,9 +196,9 @@ def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> in
     """One evaluating process: join the group, score each set of weights (the checkpoint `weights`, or its `state`
     already loaded) on each split, record on rank 0."""
     from runner import dist
-    from runner.evaluation_report import finish_evaluation
-    from runner.launch import checked_with_data, torch_threads
-    from runner.train import autocast_args, build_model, configure_torch, create_eval_loaders, evaluate_nets
+    from runner.evaluate.report import finish_evaluation
+    from runner.train.launch import checked_with_data, torch_threads
+    from runner.train.loop import autocast_args, build_model, configure_torch, create_eval_loaders, evaluate_nets
 
     d = dist.setup(v.target.accelerator)
     torch_threads(d)
@@ -246,7 +247,7 @@ def evaluate_main_split(v, state: dict[str, Any], path: Path) -> dict[str, float
 
     from runner.dist import Dist
     from runner.loaders import create_loader
-    from runner.train import autocast_args, build_model, evaluate
+    from runner.train.loop import autocast_args, build_model, evaluate
 
     d = Dist(accelerator=v.target.accelerator)
     loader = create_loader(v, "eval", d)

@@ -8,7 +8,7 @@ from typing import Any
 from rich.markup import escape
 
 from runner import console
-from runner.evaluation import Evaluation, class_names, log_evaluation
+from runner.evaluate.sums import Evaluation, class_names, log_evaluation
 
 PER_CLASS_ROWS = 50      # above this many classes, the per-class table shows the worst and best ones
 CONFUSION_TABLE = 20     # up to this many classes the confusion matrix is printed; above, its most confused pairs
@@ -16,9 +16,9 @@ CONFUSION_TABLE = 20     # up to this many classes the confusion matrix is print
 
 def finish_evaluation(v, d, state: dict[str, Any], weights: Path, results: dict[str, Evaluation]) -> None:
     """Log the evaluation as a new run (tagged and described as the source run's) and print its tables."""
-    from runner.evaluate import EVALUATES_TAG
-    from runner.launch import log_run_inputs, run_params, split_fingerprints
+    from runner.evaluate.command import EVALUATES_TAG
     from runner.tracking import create_tracker
+    from runner.train.launch import log_run_inputs, run_params, split_fingerprints
 
     cfg = v.config
     names = class_names(v.labels, cfg.model.num_classes)

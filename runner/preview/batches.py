@@ -201,7 +201,7 @@ def mixed_train_batch(v, images: torch.Tensor, labels: torch.Tensor, step: int) 
     """The train batch as training mixes it (pipelines.train.mix) at optimizer step `step` on slot 0, for
     `runner preview --pipeline train`: (images, targets), targets the labels (N,) or, when mixed, the soft targets
     (N, C) that `captions` reads."""
-    from runner.mix import Mixer
+    from runner.augment.mix import Mixer
 
     mixer = Mixer.for_experiment(v.config)
     if mixer is None:
