@@ -175,9 +175,9 @@ def main(argv: list[str]) -> int:
 
     from runner.bench.measure import BareStep, sync_device
     from runner.dist import setup
+    from runner.run.processes import torch_threads
     from runner.run.validate import validate
-    from runner.train.launch import torch_threads
-    from runner.train.loop import training_stream
+    from runner.train.step import training_stream
 
     v = validate(args.experiment, ["tracking.enabled=false", *args.overrides])
     d = setup(v.target.accelerator)

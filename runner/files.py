@@ -42,3 +42,12 @@ def _write_atomic(path: str | Path, data: str | bytes, mode: str, option: str) -
         raise RunnerError(f"cannot write {display_path(path)} ({e.strerror}).", file="command line",
                           where=option) from None
     return path
+
+
+def user_cache(*parts: str) -> Path:
+    """$RUNNER_CACHE, else $XDG_CACHE_HOME/runner, else ~/.cache/runner; joined with `parts`. Read at each call,
+    so a process (or a test session) that sets the variable moves everything it writes."""
+    root = os.environ.get("RUNNER_CACHE")
+    if not root:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "runner"
+    return Path(root).joinpath(*parts)

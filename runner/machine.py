@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
+from typing import Any
 
 from runner.errors import MachineError
+
+log = logging.getLogger(__name__)
+
+GIB = 1024 ** 3
 
 
 @functools.cache
@@ -70,3 +76,55 @@ def processes_per_node(devices: int | str, accelerator: str, at: dict | None = N
         raise MachineError(f"trainer.devices is {devices} but this machine has {visible_gpus()} visible GPU(s). "
                            "Use trainer.devices=auto or a smaller number.", **(at or {}))
     return int(devices)
+
+
+def load_nvml() -> Any | None:
+    """pynvml, initialised; None when the library or driver is missing."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception as e:  # ImportError, NVMLError_LibraryNotFound, driver not loaded, ...
+        log.debug("NVML unavailable: %s", e)
+        return None
+    return pynvml
+
+
+def nvml_handles(nvml: Any, indices: list[int] | None) -> list[tuple[int, Any]]:
+    """(CUDA index, NVML handle) pairs. CUDA indices count only CUDA_VISIBLE_DEVICES; NVML's do not."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids: list[str] = ([v.strip() for v in visible.split(",") if v.strip()] if visible is not None
+                      else [str(i) for i in range(nvml.nvmlDeviceGetCount())])
+    out = []
+    for i in range(len(ids)) if indices is None else indices:
+        try:
+            ident = ids[i]
+            h = (nvml.nvmlDeviceGetHandleByIndex(int(ident)) if ident.isdigit()
+                 else nvml.nvmlDeviceGetHandleByUUID(ident))
+        except (IndexError, nvml.NVMLError) as e:
+            log.warning("GPU %d: no NVML readings (%s)", i, e)
+            continue
+        out.append((i, h))
+    return out
+
+
+def gpu_info() -> dict[str, str]:
+    """Run tags describing the visible GPUs: model, count, driver, memory. {} without NVML."""
+    nvml = load_nvml()
+    if nvml is None:
+        return {}
+    try:
+        handles = [h for _, h in nvml_handles(nvml, None)]
+        if not handles:
+            return {}
+        names = [nvml.nvmlDeviceGetName(h) for h in handles]
+        names = [n.decode() if isinstance(n, bytes) else n for n in names]
+        driver = nvml.nvmlSystemGetDriverVersion()
+        mem = nvml.nvmlDeviceGetMemoryInfo(handles[0]).total / GIB
+        return {"gpu.model": ", ".join(sorted(set(names))), "gpu.count": str(len(handles)),
+                "gpu.driver": driver.decode() if isinstance(driver, bytes) else str(driver),
+                "gpu.memory_gib": f"{mem:.1f}"}
+    except nvml.NVMLError as e:
+        log.debug("NVML query failed: %s", e)
+        return {}
+    finally:
+        nvml.nvmlShutdown()

@@ -7,8 +7,8 @@ import torch
 from mlflow import MlflowClient
 
 from runner.config.sections import StopAtConfig, TimeToConfig, TrainerConfig
+from runner.models.device import predict
 from runner.train.budgets import Budgets, time_to_key
-from runner.train.loop import predict
 from tests.conftest import REPO, run_cli, write_image_folder
 from tests.test_config import write
 

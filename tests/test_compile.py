@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from runner.config.sections import TrainerConfig
-from runner.train.loop import compiled, step_begin
+from runner.train.step import compiled, step_begin
 
 
 def test_compile_modes_give_the_eager_result():

@@ -303,7 +303,7 @@ def test_channels_last_and_half_precision_pipelines_give_the_trainer_the_same_im
 
 
 def test_the_model_gets_its_memory_format_and_fp32_when_autocast_is_off():
-    from runner.train.loop import model_input
+    from runner.models.device import model_input
 
     half = torch.randn(2, 24, 32, 3, dtype=torch.float16).permute(0, 3, 1, 2)  # channels last, as HWC arrives
     plain = model_input(half, False, {"enabled": False})

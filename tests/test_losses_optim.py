@@ -17,7 +17,8 @@ from runner.augment.mix import mixup_target
 from runner.config import load_experiment
 from runner.config.sections import LossConfig, OptimizerConfig, SchedulerConfig
 from runner.errors import ConfigError
-from runner.optim.optimizers import check_optimizer, create_optimizer, create_scheduler
+from runner.optim.optimizers import check_optimizer, create_optimizer
+from runner.optim.schedules import create_scheduler
 from runner.train.losses import create_losses
 from tests.test_config import write
 
@@ -174,7 +175,7 @@ def ffcv_cyclic_lr(epoch: float, lr: float, epochs: int, lr_peak_epoch: int) -> 
 
 
 def test_linear_schedule_with_warmup_is_ffcvs_cyclic():
-    from runner.optim.optimizers import lr_factor
+    from runner.optim.schedules import lr_factor
 
     steps_per_epoch, epochs = 10, 16
     factor = lr_factor(SchedulerConfig(name="linear", warmup_epochs=2, warmup_start_factor=1e-4), steps_per_epoch,

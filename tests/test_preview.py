@@ -48,8 +48,8 @@ def experiment(project, colours):
 
 
 def checked(path, *overrides):
+    from runner.run.data import checked_with_data, ensure_data
     from runner.run.validate import validate
-    from runner.train.launch import checked_with_data, ensure_data
 
     v = validate(path, list(overrides))
     ensure_data(v, quiet=True)
@@ -58,7 +58,8 @@ def checked(path, *overrides):
 
 def first_batch(v, pipeline):
     """(display pixels, labels) of the first batch the preview's loader yields."""
-    from runner.preview.batches import batch_denorms, create_preview_loader, display_pixels, preview_dist
+    from runner.preview.batches import batch_denorms, create_preview_loader, preview_dist
+    from runner.preview.grid import display_pixels
 
     loader = create_preview_loader(v, pipeline, preview_dist(v))
     images, labels = next(iter(loader.epoch()))
@@ -159,7 +160,7 @@ def test_torchvision_loader_is_undone_in_its_0_to_1_units(experiment):
 # -------------------------------------------------------------------------------------------- captions
 
 def test_captions_from_labels_and_from_soft_targets():
-    from runner.preview.batches import _font, caption_lines, captions
+    from runner.preview.grid import _font, caption_lines, captions
 
     names = ["cat", "dog", "fox"]
     assert captions(torch.tensor([2, 0, 7]), names) == [[("fox", 1.0)], [("cat", 1.0)], [("label 7", 1.0)]]

@@ -341,11 +341,11 @@ def test_drift_lists_what_differs_from_the_runs_machine(tiny):
     """Versions, GPU, code and layout as the run's tags say, against this machine measured the same way."""
     import dataclasses
 
+    from runner.machine import gpu_info
     from runner.repro.drift import machine_differences
     from runner.run import runinfo
     from runner.run.validate import validate
     from runner.tracking.store import RunRecord
-    from runner.train.telemetry import gpu_info
 
     v = validate(tiny)
     here = {("runner.python" if k == "python" else k): val for k, val in runinfo.versions().items()}

@@ -4,7 +4,8 @@ import pytest
 
 from runner.dsl.catalog import load_catalog
 from runner.models.zoo import MODELS
-from runner.optim.optimizers import SCHEDULES, lr_factor, optimizer_names
+from runner.optim.optimizers import optimizer_names
+from runner.optim.schedules import SCHEDULES, lr_factor
 from tests.conftest import REPO, run_cli
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))

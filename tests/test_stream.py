@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from runner.config.sections import TrainerConfig
-from runner.train.loop import training_stream
+from runner.train.step import training_stream
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from runner.machine import gpu_info, load_nvml
 from runner.train.telemetry import (
     STREAM_WAIT,
     CpuSampler,
@@ -15,8 +16,6 @@ from runner.train.telemetry import (
     LoaderMeter,
     LoaderWindow,
     StreamWaitMeter,
-    _nvml,
-    gpu_info,
 )
 
 
@@ -89,7 +88,7 @@ def test_launch_threads_sampler_follows_the_thread_that_made_it():
                                    "cpu/autograd_thread_busy_pct", "cpu/autograd_thread_queued_pct"}
 
 
-nvml_present = _nvml() is not None
+nvml_present = load_nvml() is not None
 
 
 @pytest.mark.skipif(nvml_present, reason="NVML is present on this machine")
@@ -180,7 +179,7 @@ def test_stream_wait_meter_sees_a_stall_the_host_does_not():
 
 
 def test_the_progress_line_shows_the_streams_wait_beside_the_hosts():
-    from runner.progress import _fmt
+    from runner.train.progress import _fmt
 
     assert _fmt({"loader/images_per_s": 6123.4, "loader/data_wait_share": 0.031, STREAM_WAIT: 0.124}) == \
         "6,123 img/s  wait 3% (stream 12%)"

@@ -186,7 +186,7 @@ def test_a_ddp_state_dict_loads_without_its_prefix_and_skip_patterns_leave_keys_
 
 
 def test_fine_tune_from_a_checkpoint_file_non_strict_lists_what_did_not_load(project, capsys):
-    from runner.train.loop import build_model  # noqa: F401 - the same model the loop builds
+    from runner.models.device import build_model  # noqa: F401 - the same model the loop builds
 
     file = torchvision_resnet18(project / "weights")
     state = torch.load(file)

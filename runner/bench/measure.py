@@ -110,13 +110,15 @@ def _mean(values: list[float]) -> float | None:
 
 
 class BareStep:
-    """train()'s own step (runner.train.loop.train_step: forward, backward, clipping, loss scaling, optimizer,
+    """train()'s own step (runner.train.step.train_step: forward, backward, clipping, loss scaling, optimizer,
     schedule) on the same loader and model, in the plainest loop: what runner's loop around it is compared with.
     Calling it runs one training step; `wait` accumulates the seconds spent in `next()`."""
 
     def __init__(self, v, d: Dist):
         from runner.loaders import create_loader
-        from runner.train.loop import build_model, build_step, configure_torch, train_step
+        from runner.models.device import build_model
+        from runner.run.processes import configure_torch
+        from runner.train.step import build_step, train_step
 
         configure_torch(v.config, d)
         model = build_model(v.config, d)
@@ -142,7 +144,7 @@ class BareStep:
 
 
 def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
-    from runner.train.loop import training_stream
+    from runner.train.step import training_stream
 
     with training_stream(v.config.trainer, d.device):  # the stream train() runs on
         step = BareStep(v, d)
@@ -164,7 +166,7 @@ def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[
     import threading
 
     from runner.loaders import create_loader
-    from runner.train.loop import training_stream
+    from runner.train.step import training_stream
     from runner.train.telemetry import GpuSampler
 
     ahead, drawn, failed = max(1, v.config.data.prefetch), [0], []
@@ -231,7 +233,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                       f"trainer.checkpoint_dir={spec['scratch']}"]
     v = validate(spec["experiment"], overrides)
     d = setup(v.target.accelerator)
-    from runner.train.launch import torch_threads
+    from runner.run.processes import torch_threads
 
     torch_threads(d)
     if mode == "loader":
@@ -245,8 +247,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         return beside_the_loader(v, v_synthetic, d, warmup, steps)
     tracker = None
     if spec.get("parent_run_id") and v.config.tracking.enabled:
+        from runner.run.record import run_params
         from runner.tracking import MlflowTracker, resolve_tracking_uri
-        from runner.train.launch import run_params
 
         tracker = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri), v.config.tracking.experiment,
                                 run_name=spec["name"], tags={"mlflow.parentRunId": spec["parent_run_id"],

@@ -80,8 +80,7 @@ def _given(req: BenchRequest) -> dict[str, int]:
 
 
 def machine() -> dict[str, str]:
-    from runner.machine import cpu_cores
-    from runner.train.telemetry import gpu_info
+    from runner.machine import cpu_cores, gpu_info
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
@@ -202,7 +201,7 @@ def prepare(suite: Suite, run_notes: Callable[[Any], None]) -> list:
     """Validate every entry, then make the data and caches they read (each once)."""
     from runner.bench.variants import cache_dir, size_note, variants
     from runner.data.paths import data_root
-    from runner.train.launch import ensure_data
+    from runner.run.data import ensure_data
 
     validated = [_validate(suite, e) for e in suite.entries]
     noted, made = False, set()

@@ -53,9 +53,9 @@ def run_tune(req: TuneRequest, run_notes: Callable[[Any], None],
     from runner.data.paths import data_root, split_dir
     from runner.errors import ConfigError
     from runner.files import check_writable
+    from runner.machine import gpu_info
+    from runner.run.data import ensure_data
     from runner.run.validate import validate
-    from runner.train.launch import ensure_data
-    from runner.train.telemetry import gpu_info
 
     path, overrides = req.experiment, req.overrides
     output = check_writable(req.output if req.output else default_output(Path(path)))  # before the trials

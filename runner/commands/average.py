@@ -46,7 +46,8 @@ def _count(text: str) -> int:
 
 def run(args) -> int:
     from runner.errors import RunnerError
-    from runner.weights.average import Rule, average_command
+    from runner.evaluate.average import average_command
+    from runner.weights.average import Rule
 
     if args.last is not None and (args.metric or args.mode):
         raise RunnerError("--metric and --mode choose among the checkpoints for --best; --last takes the latest.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner import console
 from runner.bench.run import DEFAULT_LOADERS
-from runner.commands.args import run_notes
+from runner.run.notes import run_notes
 
 
 def register(sub) -> None:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import add_experiment, experiment_and_overrides, label_notes, run_notes
+from runner.commands.args import add_experiment, experiment_and_overrides
 from runner.loaders.dali_plan import HYBRID, compiled_source
+from runner.run.notes import label_notes, run_notes
 
 
 def register(sub) -> None:

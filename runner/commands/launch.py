@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 
-from runner.commands.args import add_experiment, experiment_and_overrides, label_notes, run_notes
+from runner.commands.args import add_experiment, experiment_and_overrides
+from runner.run.notes import label_notes, run_notes
 
 
 def register(sub) -> None:
@@ -18,12 +19,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.dist import under_torchrun
+    from runner.run.processes import WORKER_ENV
     from runner.run.validate import validate
-    from runner.train.launch import WORKER_ENV, launch
+    from runner.sweep.child import sweep_child
+    from runner.train.launch import launch
 
     path, overrides = experiment_and_overrides(args)
     v = validate(path, overrides)
     if not (under_torchrun() and (WORKER_ENV in os.environ or int(os.environ.get("RANK", 0)) > 0)):
         run_notes(v)  # said once: by the parent, or by rank 0 of a user's own torchrun
         label_notes(v)
-    return launch(v, path, overrides, resume=args.resume)
+    return launch(v, path, overrides, resume=args.resume, observer=sweep_child(v.config.tracking.tags))

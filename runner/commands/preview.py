@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import add_experiment, experiment_and_overrides, label_notes, run_notes
+from runner.commands.args import add_experiment, experiment_and_overrides
 from runner.errors import ConfigError, RunnerError, did_you_mean
 from runner.preview.batches import PIPELINES
+from runner.run.notes import label_notes, run_notes
 
 
 def register(sub) -> None:
@@ -54,8 +55,8 @@ def check_pipeline(v, pipeline: str) -> None:
 def run(args) -> int:
     from runner.files import check_writable, write_bytes_atomic
     from runner.preview.batches import preview_png
+    from runner.run.data import checked_with_data, ensure_data
     from runner.run.validate import validate
-    from runner.train.launch import checked_with_data, ensure_data
 
     path, overrides = experiment_and_overrides(args)
     check_arguments(args)

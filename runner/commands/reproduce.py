@@ -8,8 +8,9 @@ import yaml
 from rich.markup import escape
 
 from runner import console
-from runner.commands.args import label_notes, run_notes, split_overrides
+from runner.commands.args import split_overrides
 from runner.errors import RunnerError, display_path
+from runner.run.notes import label_notes, run_notes
 
 
 def register(sub) -> None:
@@ -31,9 +32,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.repro.drift import cache_differences, data_differences, label_differences, machine_differences
+    from runner.run.data import checked_with_data, ensure_data
     from runner.run.snapshot import write_snapshot
     from runner.tracking.store import get_run, store_uri
-    from runner.train.launch import checked_with_data, ensure_data, launch
+    from runner.train.launch import launch
 
     files, overrides = split_overrides(args.overrides)
     if files:

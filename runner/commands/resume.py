@@ -17,6 +17,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from runner.errors import DataError, error_at
     from runner.run.validate import validate
+    from runner.sweep.child import sweep_child
     from runner.tracking import open_store_run, resolve_tracking_uri
     from runner.train.launch import launch
 
@@ -32,14 +33,14 @@ def run(args) -> int:
     written = stored.tags.get("runner.checkpoint")
     checkpoint = Path(written) if written and Path(written).is_file() else fetched_checkpoint(v, stored, uri)
     console.note(f"resuming run {args.run_id}: {experiment} {' '.join(overrides)} from {checkpoint}")
-    return launch(v, experiment, overrides, resume=str(checkpoint))
+    return launch(v, experiment, overrides, resume=str(checkpoint), observer=sweep_child(v.config.tracking.tags))
 
 
 def fetched_checkpoint(v, stored, uri: str) -> Path:
     """The run's last.pt where this experiment keeps the run's checkpoints, else its last checkpoint in the store,
     downloaded there (launch.fetch_checkpoint)."""
     from runner.errors import DataError
-    from runner.train.launch import fetch_checkpoint
+    from runner.run.resume import fetch_checkpoint
 
     try:
         return fetch_checkpoint(v, stored.run_id, uri)

@@ -8,8 +8,9 @@ from pathlib import Path
 from rich.markup import escape
 
 from runner import console
-from runner.commands.args import experiment_and_overrides, run_notes
+from runner.commands.args import experiment_and_overrides
 from runner.errors import ConfigError, RunnerError
+from runner.run.notes import run_notes
 
 FLAG_KEYS = {"launcher": "launcher.name", "parallel": "launcher.parallel", "gpus_per_run": "launcher.gpus_per_run"}
 

@@ -91,7 +91,8 @@ def _log_model(bundle: str, uri: str, run_id: str) -> None:
     import json
     from pathlib import Path
 
-    from runner.weights.store import INDEX, log_logged_model
+    from runner.tracking.logged_model import log_logged_model
+    from runner.weights.store import INDEX
 
     artifacts = Path(bundle) / "artifacts"
     index = artifacts / INDEX

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import add_experiment, experiment_and_overrides, run_notes
+from runner.commands.args import add_experiment, experiment_and_overrides
 from runner.errors import display_path
+from runner.run.notes import run_notes
 
 
 def register(sub) -> None:

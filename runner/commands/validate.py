@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from runner import console
-from runner.commands.args import label_notes, run_notes, split_overrides
+from runner.commands.args import split_overrides
 from runner.data.paths import data_root
 from runner.errors import RunnerError, display_path
 from runner.loaders.dali_plan import HYBRID, hybrid_batches
+from runner.run.notes import label_notes, run_notes
 from runner.run.validate import Validated
 
 

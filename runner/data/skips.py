@@ -1,7 +1,7 @@
 """Training around files that do not decode: skip lists -> a reader file list without them.
 
 `runner data check SPLIT` (or the runner itself, after a decode error) writes SPLIT/.runner-bad-files.txt;
-for a read-only dataset the list goes to runner's user cache (runner.user_cache, ~/.cache/runner/skip-lists/)
+for a read-only dataset the list goes to runner's user cache (runner.files.user_cache, ~/.cache/runner/skip-lists/)
 instead. A split's reader gets `file_list=` (every image of the split minus the listed ones, each labelled by its
 class name from the train split's label map, see data.labels) in place of scanning `file_root` itself; for the
 train split itself those are the labels fn.readers.file would give, and the file order is the reader's.
@@ -21,7 +21,7 @@ from runner.data.scan import (
     scan_image_folder,
     write_skip_list,
 )
-from runner.user_cache import user_cache
+from runner.files import user_cache
 
 
 def _key(split_dir: Path) -> str:

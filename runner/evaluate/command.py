@@ -19,8 +19,8 @@ import yaml
 from runner import console
 from runner.errors import ConfigError, DataError, display_path
 from runner.weights import checkpoint
+from runner.weights.store import run_checkpoint
 
-EVALUATES_TAG = "runner.evaluates"        # the id of the run whose weights were evaluated
 WEIGHTS = ("model", "ema")  # the checkpoint keys holding weights: the trained ones, the averaged ones
 
 
@@ -54,30 +54,6 @@ def load_weights_file(path: Path) -> dict[str, Any]:
                         "'config' (the resolved experiment) beside them, as the last.pt files under "
                         "trainer.checkpoint_dir do.", where="CHECKPOINT")
     return state
-
-
-def run_checkpoint(record, store: str) -> Path:
-    """The checkpoint of a tracked run: its best (else last) one from the run's artifact store, or, for a run that
-    logged none there, the one its runner.checkpoint tag names, else its run folder under the logged
-    trainer.checkpoint_dir on this machine."""
-    from runner.run.snapshot import logged_config
-    from runner.weights.store import fetch_run_weights
-
-    try:
-        return fetch_run_weights(record.run_id, tracking_uri=store, which="best")
-    except DataError:  # logged no checkpoint to the store (trainer.checkpoint_log: false, or an older run)
-        pass
-    tagged = record.tags.get("runner.checkpoint")
-    if tagged and Path(tagged).is_file():
-        return Path(tagged)
-    config = logged_config(record)
-    folder = checkpoint.run_dir((config.get("trainer") or {}).get("checkpoint_dir", "checkpoints"),
-                                str(config.get("name") or ""), record.run_id)
-    if (folder / checkpoint.LAST).is_file():
-        return folder / checkpoint.LAST
-    raise DataError(f"run {record.run_id} has no checkpoint in its artifact store or on this machine (tag "
-                    f"runner.checkpoint: {tagged or 'not set'}; nothing in {display_path(folder)}/); evaluate it "
-                    "where it ran, or pass its checkpoint file: runner evaluate FILE.", where="RUN_ID")
 
 
 def resolve_source(source: str, experiment: str | None, uri: str | None, out: Path) -> Source:
@@ -155,7 +131,7 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
     from runner.run.validate import validate
 
     if under_torchrun():
-        from runner.train.launch import WORKER_ENV
+        from runner.run.processes import WORKER_ENV
 
         if WORKER_ENV not in os.environ or experiment is None:
             raise ConfigError("runner evaluate starts its own processes: run it without torchrun, with "
@@ -169,7 +145,7 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
                  + f" with {shlex.join([display_path(src.experiment), *overrides])}")
     if v.target.world == 1:
         return run_eval_worker(v, src.weights, state)
-    from runner.train.launch import run_torchrun, torchrun_args
+    from runner.run.processes import run_torchrun, torchrun_args
 
     return run_torchrun(torchrun_args(v, str(src.experiment), overrides, [],
                                       command=("evaluate", str(src.weights.resolve()))), v.processes)
@@ -178,8 +154,8 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
 def prepared(v, state: dict[str, Any], weights: Path):
     """The experiment with its data made and checked (the eval splits alone), and refused for a label map other
     than the weights' or no eval pipeline."""
-    from runner.commands.args import label_notes, run_notes
-    from runner.train.launch import checked_with_data, ensure_data
+    from runner.run.data import checked_with_data, ensure_data
+    from runner.run.notes import label_notes, run_notes
 
     if v.config.data.loader == "dali" and v.config.pipelines.eval is None:
         raise ConfigError("the experiment has no eval pipeline (pipelines.eval is not set): set one, e.g. "
@@ -197,8 +173,10 @@ def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> in
     already loaded) on each split, record on rank 0."""
     from runner import dist
     from runner.evaluate.report import finish_evaluation
-    from runner.train.launch import checked_with_data, torch_threads
-    from runner.train.loop import autocast_args, build_model, configure_torch, create_eval_loaders, evaluate_nets
+    from runner.evaluate.score import create_eval_loaders, evaluate_nets
+    from runner.models.device import autocast_args, build_model
+    from runner.run.data import checked_with_data
+    from runner.run.processes import configure_torch, torch_threads
 
     d = dist.setup(v.target.accelerator)
     torch_threads(d)
@@ -246,8 +224,9 @@ def evaluate_main_split(v, state: dict[str, Any], path: Path) -> dict[str, float
     from torch import nn
 
     from runner.dist import Dist
+    from runner.evaluate.score import evaluate
     from runner.loaders import create_loader
-    from runner.train.loop import autocast_args, build_model, evaluate
+    from runner.models.device import autocast_args, build_model
 
     d = Dist(accelerator=v.target.accelerator)
     loader = create_loader(v, "eval", d)

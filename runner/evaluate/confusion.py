@@ -3,20 +3,23 @@ its class's samples (so that small classes show as clearly as large ones), count
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner.evaluate.sums import Evaluation
+if TYPE_CHECKING:
+    import torch
 
 _NAMED = 40       # up to this many classes, every row and column is named
 _NUMBERED = 20    # up to this many, every cell shows its count
 
 
-def draw_confusion(ev: Evaluation, classes: list[str], path: Path, *, title: str) -> Path:
+def draw_confusion(confusion: torch.Tensor, classes: list[str], path: Path, *, title: str) -> Path:
+    """The heat map of `confusion` ([true, predicted] counts) as a PNG at `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    counts = ev.confusion.double()
+    counts = confusion.double()
     rows = counts.sum(dim=1, keepdim=True)
     shares = (counts / rows.clamp(min=1)).numpy()
     k = len(classes)

@@ -16,9 +16,8 @@ CONFUSION_TABLE = 20     # up to this many classes the confusion matrix is print
 
 def finish_evaluation(v, d, state: dict[str, Any], weights: Path, results: dict[str, Evaluation]) -> None:
     """Log the evaluation as a new run (tagged and described as the source run's) and print its tables."""
-    from runner.evaluate.command import EVALUATES_TAG
+    from runner.run.record import log_run_inputs, run_params, split_fingerprints
     from runner.tracking import create_tracker
-    from runner.train.launch import log_run_inputs, run_params, split_fingerprints
 
     cfg = v.config
     names = class_names(v.labels, cfg.model.num_classes)
@@ -103,3 +102,6 @@ def titled(title: str, columns: list[str], rows: list[list]):
     table = console.table(title, columns, rows)
     table.min_width = len(title)
     return table
+
+
+EVALUATES_TAG = "runner.evaluates"        # the id of the run whose weights were evaluated

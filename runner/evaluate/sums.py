@@ -2,7 +2,7 @@
 (rows: true label, columns: predicted label), and what is read from them (metrics, per-class accuracy,
 the most confused pairs, the JSON and CSV artifacts).
 
-The sums are made on the device by runner.train.loop.evaluate_split and all-reduced once at the end.
+The sums are made on the device by runner.evaluate.score.evaluate_split and all-reduced once at the end.
 """
 from __future__ import annotations
 
@@ -105,6 +105,6 @@ def log_evaluation(tracker, ev: Evaluation, prefix: str, classes: list[str]) -> 
     tracker.log_text(ev.confusion_csv(classes), f"evaluation/{prefix}_confusion.csv")
     with tempfile.TemporaryDirectory(prefix="runner-confusion-") as tmp:
         png = Path(tmp) / f"{prefix}_confusion.png"
-        draw_confusion(ev, classes, png, title=f"{prefix}: top-1 {100 * ev.metrics(prefix)[prefix + '/top1']:.1f}% "
+        draw_confusion(ev.confusion, classes, png, title=f"{prefix}: top-1 {100 * ev.metrics(prefix)[prefix + '/top1']:.1f}% "
                                                 f"of {ev.samples} images")
         tracker.log_artifact(png, "evaluation")  # copied now: the folder may go

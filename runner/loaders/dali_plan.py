@@ -253,9 +253,7 @@ def dali_threads(data: DataConfig, target: Dist) -> int:
         return int(data.num_threads)
     slots = max(1, target.slots)  # gradient accumulation: one pipeline per slot, all in this process
     if data.reserved_cores:
-        from runner.loaders.affinity import (
-            PROCESS_CORES,  # the training thread may be pinned to the reserved ones by now
-        )
+        from runner.loaders.affinity import PROCESS_CORES
 
         return max(1, (len(PROCESS_CORES) // max(1, target.local_world) - data.reserved_cores) // slots)
     return max(1, int(cpu_cores() / max(1, target.local_world) / slots * 0.75))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.repro.groups import Group, differing_params
+from runner.repro.groups import Compared, Group, differing_params
 from runner.repro.stats import SIGNIFICANT, Spread, p_text, spread, welch_p
 from runner.tracking.store import RunRecord, metric_history
 from runner.train.budgets import TIME_TO
@@ -36,14 +36,6 @@ GROUP_METRICS = (Metric("eval/top1", "eval top-1 %", "top-1 %", 100, 2, True),
                  Metric("epoch/stream_wait_share", "stream wait %", "stream wait %", 100, 1, False),
                  Metric("epoch/gpu_util_pct", "GPU util %", "GPU %", 1, 1, False))
 LAST = tuple(m.key for m in GROUP_METRICS)
-
-
-@dataclass(frozen=True)
-class Compared:
-    run: RunRecord
-    label: str                                        # the run's name, with its id when repeated
-    last: dict[str, float]                            # LAST metric -> its last value
-    curves: dict[str, list[tuple[int, float]]]        # CURVES metric -> (step, value)
 
 
 def time_to_metric(key: str) -> Metric:

@@ -25,8 +25,8 @@ class Difference:
 
 def machine_differences(run: RunRecord, v) -> list[Difference]:
     """Versions, GPU, code and process layout that differ between the run and this machine."""
+    from runner.machine import gpu_info
     from runner.run import runinfo
-    from runner.train.telemetry import gpu_info
 
     here = {("runner.python" if k == "python" else k): val for k, val in runinfo.versions().items()}
     out = _compare(run.tags, here, sorted({k for k in (*run.tags, *here) if k.startswith("version.")}
@@ -170,8 +170,8 @@ def label_differences(run: RunRecord, v) -> list[Difference]:
     """The train split's class names -> labels here against the run's `label_map.json`: one row for the classes
     missing here, one for those only here, one for those numbered differently."""
     from runner.data.labels import parse_label_map
+    from runner.run.record import LABEL_MAP_ARTIFACT
     from runner.tracking.store import read_artifact
-    from runner.train.launch import LABEL_MAP_ARTIFACT
 
     text = read_artifact(run.uri, run.run_id, LABEL_MAP_ARTIFACT) if v.labels is not None else None
     if text is None:

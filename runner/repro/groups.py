@@ -5,14 +5,10 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from string import ascii_uppercase
-from typing import TYPE_CHECKING
 
 from runner.config.frozen import IDENTITY_TAGS, PLACE_KEYS
 from runner.errors import RunnerError, did_you_mean, list_names
 from runner.tracking.store import RunRecord
-
-if TYPE_CHECKING:
-    from runner.repro.compare import Compared
 
 # params that say which run it is and where it was kept (its name, store, checkpoint folder, parent, what it
 # reproduces), not how it trains; `runner reproduce` logs to the original's store, so its tracking.uri may be set
@@ -92,3 +88,11 @@ def varying_within(groups: Sequence[Group], keys: Sequence[str]) -> list[str]:
     for g in groups:
         out.update(differing_params([c.run for c in g.members]))
     return sorted(out - set(keys) - SEED_PARAMS)
+
+
+@dataclass(frozen=True)
+class Compared:
+    run: RunRecord
+    label: str                                        # the run's name, with its id when repeated
+    last: dict[str, float]                            # LAST metric -> its last value
+    curves: dict[str, list[tuple[int, float]]]        # CURVES metric -> (step, value)

@@ -74,7 +74,7 @@ def run_tags(v, world: int) -> dict[str, str]:
     """Tags logged with every run: code, versions, machine, GPUs, layout, and the digest of the setting it trains
     (config_sha256: the same for runs of one setting wherever they are kept; runner.config.frozen)."""
     from runner.config.frozen import config_digest
-    from runner.train.telemetry import gpu_info
+    from runner.machine import gpu_info
 
     cfg = v.config
     tags = {"host": socket.gethostname(), "platform": platform.platform(), "accelerator": v.target.accelerator,

@@ -24,11 +24,11 @@ from typing import Any
 import yaml
 
 from runner.config import LoadedExperiment, load_experiment
-from runner.config.frozen import IDENTITY_TAGS, as_logged
+from runner.config.frozen import as_logged
 from runner.config.load import find_pipeline, is_pipeline_path, pipeline_search_path
 from runner.errors import ConfigError, RunnerError
 from runner.loaders.dali_plan import BOUND_PARAMS
-from runner.tracking.store import RunRecord, read_artifact
+from runner.tracking.store import RunRecord, logged_config, read_artifact
 
 
 @dataclass(frozen=True)
@@ -43,19 +43,6 @@ def pipeline_files(loaded: LoadedExperiment) -> dict[str, str]:
     log (as pipelines/<role>.yaml) so that reproduce and export pin the very steps it ran."""
     return {f"pipelines/{role}.yaml": source.file.read_text()
             for role, source in loaded.pipelines.items() if source.name != "inline"}
-
-
-def logged_config(run: RunRecord) -> dict[str, Any]:
-    """The run's experiment.yaml as a dict, without the tags that name the run's place (parent, origin)."""
-    text = read_artifact(run.uri, run.run_id, "experiment.yaml")
-    if text is None:
-        raise RunnerError(f"run {run.run_id} has no experiment.yaml artifact: it was not started by runner launch, "
-                          "or its artifacts never reached the store (see runner tracking pending).", where="RUN_ID")
-    config = yaml.safe_load(text) or {}
-    tags = (config.get("tracking") or {}).get("tags") or {}
-    for key in IDENTITY_TAGS:
-        tags.pop(key, None)
-    return config
 
 
 def experiment_stem(run: RunRecord, config: dict[str, Any]) -> str:

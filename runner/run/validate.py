@@ -15,7 +15,8 @@ from runner.loaders.dali_plan import checked_pipelines
 from runner.loaders.slots import accumulation_note, check_accumulation
 from runner.machine import processes_per_node, resolve_accelerator
 from runner.models.zoo import check_model
-from runner.optim.optimizers import SCHEDULES, check_optimizer
+from runner.optim.optimizers import check_optimizer
+from runner.optim.schedules import SCHEDULES
 
 
 @dataclass(frozen=True)

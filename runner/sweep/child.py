@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from runner.sweep.status import CHILD_TAG
 
@@ -36,3 +37,20 @@ def on_end(uri: str, tags: Mapping[str, str]) -> None:
     parent = sweep_parent(tags)
     if parent is not None:
         land_quietly(uri, parent)
+
+
+@dataclass(frozen=True)
+class SweepChild:
+    """A sweep child's launch observer (runner.train.worker.RunObserver): its tags name its parent and place."""
+    tags: Mapping[str, str]
+
+    def started(self, uri: str, run_id: str) -> None:
+        on_fresh_start(uri, run_id, self.tags)
+
+    def ended(self, uri: str) -> None:
+        on_end(uri, self.tags)  # the parent run shows the sweep's result so far
+
+
+def sweep_child(tags: Mapping[str, str]) -> SweepChild | None:
+    """The observer a launch of a sweep's child takes; None for any other run."""
+    return SweepChild(dict(tags)) if sweep_parent(tags) else None

@@ -80,7 +80,7 @@ def read_landed(uri: str, parent: RunRecord) -> Landed:
 def land(uri: str, parent_id: str, *, status: str | None = None) -> Landed:
     """Write the grouped table over the finished children, and the counts, to the parent run; its status too once
     every child has ended (`status` forces one: KILLED when the sweep was stopped)."""
-    from runner.commands.compare import build_report, write_report
+    from runner.repro.report import build_report, write_report
     from runner.tracking.parent import log_sweep_results
     from runner.tracking.store import get_run
 

@@ -93,9 +93,9 @@ def _for_validation(plain: list[str], base, launcher: LauncherConfig) -> list[st
 
 
 def start_sweep(sweep: CheckedSweep, *, detach: bool = False) -> int:
+    from runner.run.data import ensure_data
     from runner.sweep.landing import DIR_TAG, GROUP_BY_TAG, INVALID_TAG
     from runner.tracking.parent import create_sweep_run, set_run_tags
-    from runner.train.launch import ensure_data
 
     first = sweep.first
     ensure_data(first)  # the generated data set, made once, before children start reading it
@@ -247,7 +247,7 @@ def _last_error(plan: SweepPlan, child: ChildPlan) -> str | None:
 
 def _summary(plan: SweepPlan) -> None:
     """compare's grouped table of the children, grouped by the swept keys other than the seed."""
-    from runner.commands.compare import show
+    from runner.repro.report import show
     from runner.sweep.landing import read_landed
     from runner.tracking.store import get_run
 

@@ -8,9 +8,9 @@
 - store: reading runs back (resume, reproduce, export, compare, sweep)
 - parent: the parent run that groups bench's and sweep's child runs
 """
-from runner.tracking.base import DataInput, FinishResult, NullTracker, Tracker, create_tracker, sync_command
+from runner.tracking.base import DataInput, FinishResult, NullTracker, Tracker, sync_command
 from runner.tracking.datasets import data_input
-from runner.tracking.mlflow_tracker import MlflowTracker
+from runner.tracking.mlflow_tracker import MlflowTracker, create_tracker
 from runner.tracking.offline import Bundle, list_bundles, load_bundle, sync_offline
 from runner.tracking.parent import parent_run
 from runner.tracking.store import StoredRun, open_store_run

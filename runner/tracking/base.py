@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from runner.config.sections import TrackingConfig
+    pass
 
-from runner.tracking.uri import resolve_tracking_uri
 
 
 @dataclass(frozen=True)
@@ -92,22 +91,6 @@ class NullTracker:
 
     def finish(self, status: str = "FINISHED", timeout_s: float = 30.0) -> FinishResult:
         return FinishResult(run_id=None, status=status, delivered=True)
-
-
-def create_tracker(cfg: TrackingConfig, *, rank: int, resume_run_id: str | None = None,
-                   at: dict | None = None) -> Tracker:
-    """The tracker for this process: MLflow on rank 0 when enabled, a NullTracker otherwise.
-
-    The URI is checked on every rank, so a bad one fails everywhere before any work starts.
-    """
-    if not cfg.enabled:
-        return NullTracker()
-    uri = resolve_tracking_uri(cfg.uri, at=at)
-    if rank != 0:
-        return NullTracker()
-    from runner.tracking.mlflow_tracker import MlflowTracker
-
-    return MlflowTracker(uri, cfg.experiment, run_name=cfg.run_name, tags=cfg.tags, resume_run_id=resume_run_id)
 
 
 def shown_path(path: Path) -> str:

@@ -23,10 +23,10 @@ import uuid
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import RunnerError
-from runner.tracking.base import DataInput, FinishResult, shown_path, sync_command
+from runner.tracking.base import DataInput, FinishResult, NullTracker, Tracker, shown_path, sync_command
 from runner.tracking.uri import (
     BATCH_METRICS,
     BATCH_PARAMS,
@@ -38,6 +38,10 @@ from runner.tracking.uri import (
     store_env,
     truncate,
 )
+
+if TYPE_CHECKING:
+    from runner.config.sections import TrackingConfig
+from runner.tracking.uri import resolve_tracking_uri
 
 log = logging.getLogger("runner.tracking")
 
@@ -487,3 +491,18 @@ def _free_path(path: Path) -> Path:
         if not candidate.exists():
             return candidate
     raise AssertionError("unreachable")
+
+
+def create_tracker(cfg: TrackingConfig, *, rank: int, resume_run_id: str | None = None,
+                   at: dict | None = None) -> Tracker:
+    """The tracker for this process: MLflow on rank 0 when enabled, a NullTracker otherwise.
+
+    The URI is checked on every rank, so a bad one fails everywhere before any work starts.
+    """
+    if not cfg.enabled:
+        return NullTracker()
+    uri = resolve_tracking_uri(cfg.uri, at=at)
+    if rank != 0:
+        return NullTracker()
+
+    return MlflowTracker(uri, cfg.experiment, run_name=cfg.run_name, tags=cfg.tags, resume_run_id=resume_run_id)

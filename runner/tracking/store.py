@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+import yaml
+
+from runner.config.frozen import IDENTITY_TAGS
 from runner.errors import RunnerError, error_at, list_names
 from runner.tracking.uri import mlflow_client
 
@@ -232,3 +235,16 @@ def landing_experiment(uri: str, name: str | None = None) -> str | None:
     newest = c.search_runs([e.experiment_id for e in experiments], max_results=1,
                            order_by=["attributes.start_time DESC"]) if experiments else []
     return newest[0].info.experiment_id if newest else None
+
+
+def logged_config(run: RunRecord) -> dict[str, Any]:
+    """The run's experiment.yaml as a dict, without the tags that name the run's place (parent, origin)."""
+    text = read_artifact(run.uri, run.run_id, "experiment.yaml")
+    if text is None:
+        raise RunnerError(f"run {run.run_id} has no experiment.yaml artifact: it was not started by runner launch, "
+                          "or its artifacts never reached the store (see runner tracking pending).", where="RUN_ID")
+    config = yaml.safe_load(text) or {}
+    tags = (config.get("tracking") or {}).get("tags") or {}
+    for key in IDENTITY_TAGS:
+        tags.pop(key, None)
+    return config

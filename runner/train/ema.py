@@ -76,6 +76,3 @@ class ModelEma:
         self.module.load_state_dict(state)
 
 
-def ema_split_prefix(prefix: str) -> str:
-    """The averaged weights' metric prefix for an eval split's: eval -> eval_ema, eval_NAME -> eval_ema_NAME."""
-    return "eval_ema" + prefix[len("eval"):]

@@ -9,7 +9,6 @@ failing.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,9 +19,10 @@ from typing import Any
 
 import psutil
 
+from runner.machine import GIB, load_nvml, nvml_handles
+
 log = logging.getLogger(__name__)
 
-GIB = 1024 ** 3
 
 
 # ---------------------------------------------------------------------------------------- loader
@@ -270,34 +270,6 @@ class LaunchThreadsSampler:
 
 # ------------------------------------------------------------------------------------------- GPU
 
-def _nvml() -> Any | None:
-    """pynvml, initialised; None when the library or driver is missing."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception as e:  # ImportError, NVMLError_LibraryNotFound, driver not loaded, ...
-        log.debug("NVML unavailable: %s", e)
-        return None
-    return pynvml
-
-
-def _handles(nvml: Any, indices: list[int] | None) -> list[tuple[int, Any]]:
-    """(CUDA index, NVML handle) pairs. CUDA indices count only CUDA_VISIBLE_DEVICES; NVML's do not."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids: list[str] = ([v.strip() for v in visible.split(",") if v.strip()] if visible is not None
-                      else [str(i) for i in range(nvml.nvmlDeviceGetCount())])
-    out = []
-    for i in range(len(ids)) if indices is None else indices:
-        try:
-            ident = ids[i]
-            h = (nvml.nvmlDeviceGetHandleByIndex(int(ident)) if ident.isdigit()
-                 else nvml.nvmlDeviceGetHandleByUUID(ident))
-        except (IndexError, nvml.NVMLError) as e:
-            log.warning("GPU %d: no NVML readings (%s)", i, e)
-            continue
-        out.append((i, h))
-    return out
-
 
 @dataclass(frozen=True)
 class GpuStat:
@@ -371,9 +343,9 @@ class GpuSampler:
     def start(self) -> GpuSampler:
         if self._thread is not None:
             return self
-        self._nvml = _nvml()
+        self._nvml = load_nvml()
         if self._nvml is not None:
-            self._handles = _handles(self._nvml, self.indices)
+            self._handles = nvml_handles(self._nvml, self.indices)
             self._window, self._total = _Sums(len(self._handles)), _Sums(len(self._handles))
             self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
             self._thread.start()
@@ -438,24 +410,3 @@ class GpuSampler:
             return self._total.result([i for i, _ in self._handles])
 
 
-def gpu_info() -> dict[str, str]:
-    """Run tags describing the visible GPUs: model, count, driver, memory. {} without NVML."""
-    nvml = _nvml()
-    if nvml is None:
-        return {}
-    try:
-        handles = [h for _, h in _handles(nvml, None)]
-        if not handles:
-            return {}
-        names = [nvml.nvmlDeviceGetName(h) for h in handles]
-        names = [n.decode() if isinstance(n, bytes) else n for n in names]
-        driver = nvml.nvmlSystemGetDriverVersion()
-        mem = nvml.nvmlDeviceGetMemoryInfo(handles[0]).total / GIB
-        return {"gpu.model": ", ".join(sorted(set(names))), "gpu.count": str(len(handles)),
-                "gpu.driver": driver.decode() if isinstance(driver, bytes) else str(driver),
-                "gpu.memory_gib": f"{mem:.1f}"}
-    except nvml.NVMLError as e:
-        log.debug("NVML query failed: %s", e)
-        return {}
-    finally:
-        nvml.nvmlShutdown()

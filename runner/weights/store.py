@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DataError, RunnerError
+from runner.errors import DataError, RunnerError, display_path
+from runner.weights import checkpoint
 
 log = logging.getLogger("runner.tracking")
 
@@ -24,8 +25,8 @@ WHICH = ("best", "last")
 
 
 def cache_dir() -> Path:
-    """Where fetched checkpoints are kept: runner's user cache (runner.user_cache), weights/<run id>/."""
-    from runner.user_cache import user_cache
+    """Where fetched checkpoints are kept: runner's user cache (runner.files.user_cache), weights/<run id>/."""
+    from runner.files import user_cache
 
     return user_cache("weights")
 
@@ -110,35 +111,24 @@ def latest_finished_run(uri: str, experiment: str) -> str:
                     f"`runner launch` on it first, or name a run id or a file.")
 
 
-def log_logged_model(uri: str, run_id: str, name: str, index: dict[str, Any], files: dict[str, str]) -> str | None:
-    """A LoggedModel of the run (MLflow 3's Models tab) that points at its best checkpoint, without a second
-    copy of the weights: its artifacts are the label map, the experiment and a checkpoint.json naming
-    runs:/RUN_ID/checkpoints/... . Returns its id, None when the store refused (logged, never raised)."""
-    from runner.tracking.uri import mlflow_client
+def run_checkpoint(record, store: str) -> Path:
+    """The checkpoint of a tracked run: its best (else last) one from the run's artifact store, or, for a run that
+    logged none there, the one its runner.checkpoint tag names, else its run folder under the logged
+    trainer.checkpoint_dir on this machine."""
+    from runner.tracking.store import logged_config
 
     try:
-        c = mlflow_client(uri)
-        run = c.get_run(run_id)
-        chosen = index.get("best") or index["last"]
-        model = c.create_logged_model(experiment_id=run.info.experiment_id, name=name, source_run_id=run_id,
-                                      model_type="runner-checkpoint",
-                                      tags={"runner.checkpoint": f"runs:/{run_id}/{chosen}"},
-                                      params={"checkpoint": chosen, "which": "best" if index.get("best") else "last",
-                                              **{f"best.{k}": str(v) for k, v in
-                                                 (index.get("best_metrics") or {}).items()}})
-        with tempfile.TemporaryDirectory(prefix="runner-model-") as tmp:
-            (Path(tmp) / "checkpoint.json").write_text(json.dumps({"run_id": run_id, "artifact": chosen,
-                                                                   "uri": f"runs:/{run_id}/{chosen}", **index},
-                                                                  indent=1))
-            for file_name, text in files.items():
-                (Path(tmp) / file_name).write_text(text)
-            c.log_model_artifacts(model.model_id, tmp)
-        from mlflow.entities import LoggedModelOutput
-
-        c.log_outputs(run_id, [LoggedModelOutput(model.model_id, int(index.get("steps", {}).get(chosen, 0)))])
-        c.finalize_logged_model(model.model_id, "READY")
-        return model.model_id
-    except Exception as e:  # noqa: BLE001 - the checkpoints are in the store already; the model is a pointer
-        log.warning("the run's checkpoints are logged, but MLflow at %s refused its LoggedModel: %s", uri,
-                    str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__)
-        return None
+        return fetch_run_weights(record.run_id, tracking_uri=store, which="best")
+    except DataError:  # logged no checkpoint to the store (trainer.checkpoint_log: false, or an older run)
+        pass
+    tagged = record.tags.get("runner.checkpoint")
+    if tagged and Path(tagged).is_file():
+        return Path(tagged)
+    config = logged_config(record)
+    folder = checkpoint.run_dir((config.get("trainer") or {}).get("checkpoint_dir", "checkpoints"),
+                                str(config.get("name") or ""), record.run_id)
+    if (folder / checkpoint.LAST).is_file():
+        return folder / checkpoint.LAST
+    raise DataError(f"run {record.run_id} has no checkpoint in its artifact store or on this machine (tag "
+                    f"runner.checkpoint: {tagged or 'not set'}; nothing in {display_path(folder)}/); evaluate it "
+                    "where it ran, or pass its checkpoint file: runner evaluate FILE.", where="RUN_ID")

@@ -1,0 +1,109 @@
+"""What a run records so that someone else can re-run it: params, data inputs, the resolved YAML, the pipelines."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runner import console
+from runner.config.frozen import as_logged
+from runner.data.paths import split_dir
+
+LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
+
+
+def split_fingerprints(v) -> dict[str, tuple[Path, dict]]:
+    """role -> (split folder, fingerprint) of the folders the run's readers read (none when synthetic)."""
+    from runner.data.scan import fingerprint
+    from runner.loaders.dali_plan import reader_suffixes
+
+    if v.config.data.loader == "synthetic":
+        return {}
+    found = {}
+    for role in ("train", "eval"):
+        folder = split_dir(v.config.data, role)
+        if folder.is_dir():
+            found[role] = (folder, fingerprint(folder, reader_suffixes(v.graphs.get(role))))
+    return found
+
+
+def stale_cache_notes(fingerprints: dict[str, tuple[Path, dict]]) -> None:
+    """Say when a split the run reads is a cache whose source, on this machine, has changed since it was built."""
+    from runner.data.manifest import stale_source_note
+
+    for folder, _ in fingerprints.values():
+        note = stale_source_note(folder)
+        if note:
+            console.note(note)
+
+
+def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None = None) -> dict[str, str]:
+    """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
+    from runner.data import manifest
+    from runner.loaders.slots import check_accumulation
+    from runner.run import runinfo
+    from runner.tracking import flatten
+
+    accumulation = check_accumulation(v.loaded, world)
+    extra = {"trainer.accumulation": accumulation, **runinfo.seeds(v.config, world * accumulation)}  # seeds per slot
+    if v.labels is not None:
+        extra["data.num_classes"] = len(v.labels)
+    for role, (folder, fp) in (split_fingerprints(v) if fingerprints is None else fingerprints).items():
+        extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
+        extra.update(manifest.run_params(role, folder))  # a cache says what it was made from, and how
+    return {**flatten(as_logged(v.loaded.resolved)), **flatten(extra)}
+
+
+def split_inputs(v, fingerprints: dict[str, tuple[Path, dict]]) -> list:
+    """The splits the run reads as MLflow dataset inputs: "training", and "eval" when it evaluates."""
+    from runner.tracking import data_input
+
+    evaluates = v.config.trainer.eval_every_n_epochs and not (
+        v.config.pipelines.eval is None and v.config.data.loader == "dali")
+    inputs = []
+    for role, (folder, fp) in fingerprints.items():
+        if role == "eval" and not evaluates:
+            continue
+        folder = folder.resolve()
+        inputs.append(data_input(name=f"{folder.parent.name}/{folder.name}", sha256=fp["sha256"], source=str(folder),
+                                 context="training" if role == "train" else "eval",
+                                 profile=dict(fp)))
+    return inputs
+
+
+def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, dict]]) -> None:
+    """Tags, the data splits, the resolved YAML and the compiled pipelines: what a re-run on another machine
+    needs."""
+    from omegaconf import OmegaConf
+
+    from runner.loaders.dali_plan import compiled_source
+    from runner.run import runinfo
+
+    tracker.set_tags(runinfo.run_tags(v, world))
+    for data in split_inputs(v, fingerprints):
+        tracker.log_input(data)
+    tracker.log_text(OmegaConf.to_yaml(as_logged(v.loaded.resolved)), "experiment.yaml")
+    if v.labels is not None:
+        tracker.log_text(v.labels.to_json(), LABEL_MAP_ARTIFACT)
+    for role in v.graphs:
+        tracker.log_text(compiled_source(v, role), f"pipelines/{role}_pipeline.py")
+    from runner.run.snapshot import pipeline_files
+
+    for name, text in pipeline_files(v.loaded).items():  # the `use:` files, so a re-run needs no checkout
+        tracker.log_text(text, name)
+
+
+def log_model(v, uri: str, run_id: str, checkpoint: Path | None) -> None:
+    """The run's LoggedModel, pointing at its best (else last) checkpoint in the store: MLflow's Models column."""
+    from omegaconf import OmegaConf
+
+    from runner.tracking.logged_model import log_logged_model
+    from runner.weights.kept import INDEX
+
+    index_file = checkpoint.parent / INDEX if checkpoint else None
+    if index_file is None or not index_file.is_file():
+        return
+    index = json.loads(index_file.read_text())
+    files = {"experiment.yaml": OmegaConf.to_yaml(as_logged(v.loaded.resolved))}
+    if v.labels is not None:
+        files[LABEL_MAP_ARTIFACT] = v.labels.to_json()
+    log_logged_model(uri, run_id, v.config.name or v.config.model.name, index, files)
