@@ -75,7 +75,7 @@ def loaders(size: Size, threads: int, cache: Path | None) -> list[tuple[str, str
 
 def ensure_data(overrides: tuple[str, ...]) -> Path:
     """The experiment's synthetic set (generated once; generate_synthetic returns at once when it exists)."""
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
     from runner.data.paths import synth_dir
     from runner.data.synth import generate_synthetic
 
@@ -140,7 +140,7 @@ def _own_cpu() -> float:
 
 def _rate(overrides: tuple[str, ...], warmup: int, batches: int) -> float:
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     loader = create_loader(validate(EXPERIMENT, list(overrides), accelerator="cpu"), "train", Dist())
@@ -225,7 +225,7 @@ def section(rows: list[list[str]], args, command: str, load: tuple[float, ...]) 
         "",
         "DALI: the quickstart's train pipeline (`imagenet_train`: decoders.image, random_resized_crop, "
         "crop_mirror_normalize with a random mirror) compiled for the CPU (the mixed decoder runs on the CPU), "
-        "through runner.loaders.create_loader. torchvision: ImageFolder + DataLoader with RandomResizedCrop, "
+        "through runner.loaders.loader.create_loader. torchvision: ImageFolder + DataLoader with RandomResizedCrop, "
         "RandomHorizontalFlip, ToTensor, Normalize (data.loader=torchvision). The data are "
         "`runner data synth` sets (10 classes, 1000 training images). At the ImageNet-like size two more DALI "
         "rows: `imagenet_train_fused` (decoders.image_random_crop decodes only the crop) and "

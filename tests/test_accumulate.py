@@ -22,7 +22,7 @@ import torch
 from mlflow import MlflowClient
 
 from runner.dist import Dist
-from runner.loaders.slots import create_train_loader
+from runner.loaders.loader import create_train_loader
 from tests.conftest import REPO, run_cli, write_image_folder
 
 EXPERIMENT = """\

@@ -421,7 +421,7 @@ def test_cpu_processes_are_allowed_for_gloo_ddp(project, capsys):
 
 
 def test_a_number_where_text_is_expected_is_read_as_text(project, capsys):
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
 
     (project / "experiments" / "exp.yaml").write_text(EXP.replace("{epochs: 1}", "{epochs: 1, rdzv_id: 12345}")
                                                       + "name: 2024\n")
@@ -441,14 +441,14 @@ def test_underscore_discards_several_outputs(project, capsys):
 
 
 def test_a_list_item_can_be_overridden(project):
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
 
     (project / "experiments" / "exp.yaml").write_text(EXP + "optimizer: {name: adamw, betas: [0.9, 0.999]}\n")
     assert load_experiment("experiments/exp.yaml", ["optimizer.betas[0]=0.95"]).config.optimizer.betas == (0.95, 0.999)
 
 
 def test_interpolation_in_an_override_resolves_with_the_config(project, capsys):
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
 
     (project / "experiments" / "exp.yaml").write_text(EXP)
     loaded = load_experiment("experiments/exp.yaml", ["tracking.run_name=${model.name}-run"])

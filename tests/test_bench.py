@@ -10,7 +10,7 @@ import yaml
 from mlflow import MlflowClient
 
 from runner.bench.tune import Knob, Trial, search, tuned_yaml
-from runner.config import load_experiment
+from runner.config.load import load_experiment
 from tests.conftest import run_cli
 from tests.test_launch import TINY
 

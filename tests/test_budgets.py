@@ -106,7 +106,7 @@ def test_a_launch_stops_at_its_target_and_compare_shows_the_time(project, capsys
                                                             "model (eval_NAME/top1, eval_ema/top1, ...)."),
 ])
 def test_bad_budgets(project, text, expected):
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
     from runner.errors import ConfigError
 
     path = write(project, "pipelines: {train: {use: imagenet_train}}\n")

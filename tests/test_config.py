@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from runner.config import load_experiment
+from runner.config.load import load_experiment
 from runner.errors import ConfigError
 from tests.conftest import run_cli
 

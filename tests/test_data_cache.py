@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from runner.data.cache import build_cache, cached_size, read_cache_marker
-from runner.data.scan import DEFAULT_SKIP_LIST, fingerprint, read_skip_list, scan_image_folder, try_decode
+from runner.data.paths import DEFAULT_SKIP_LIST
+from runner.data.scan import fingerprint, read_skip_list, scan_image_folder, try_decode
 from runner.errors import DataError
 from tests.conftest import run_cli
 
@@ -218,7 +219,7 @@ def test_cli_prints_sizes_and_the_ratio(src, tmp_path, capsys, monkeypatch):
 
 def test_the_shipped_cache_pipelines_read_the_cache_with_the_labels_of_the_class_folders(src, tmp_path, project):
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     build_cache(src, tmp_path / "cache", max_side=MAX_SIDE, workers=2)
@@ -466,7 +467,7 @@ def test_a_run_on_a_jpeg_cache_records_its_settings_and_source(src, tmp_path):
 def test_the_shipped_jpeg_pipelines_read_the_jpeg_cache_with_the_class_labels(src, tmp_path, project):
     from runner.data.jpeg_cache import build_jpeg_cache
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     build_jpeg_cache(src, tmp_path / "jpeg", max_side=MAX_SIDE, quality=90, workers=2)

@@ -116,7 +116,7 @@ def test_two_processes_same_curves_from_a_second_checkout(origin, checkout):
 def batch_digest(overrides: list[str], **validate_args) -> str:
     """sha256 of two epochs of experiments/det.yaml's training batches (images and labels) under `overrides`."""
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     loader = create_loader(validate("experiments/det.yaml", overrides, **validate_args), "train", Dist())

@@ -144,7 +144,7 @@ def test_auto_augment_policies_compile_with_conditionals(project, image_dataset,
 def test_reader_sharding_is_injected(project, image_dataset):
     (project / "experiments" / "s.yaml").write_text(f"data: {{root: {image_dataset}}}\n"
                                                    "pipelines: {train: {use: imagenet_train}}\n")
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
     from runner.dsl.check import check_graph
     from runner.dsl.parse import parse_pipeline
 

@@ -78,7 +78,7 @@ def ramp(project) -> Path:
 
 def test_each_epoch_reads_its_side_and_its_own_order(ramp):
     from runner.data.splits import train_label_map
-    from runner.loaders.slots import create_train_loader
+    from runner.loaders.loader import create_train_loader
     from runner.run.validate import validate
 
     v = validate("experiments/ramp.yaml", ["data.num_threads=1"])
@@ -99,7 +99,7 @@ def test_each_epoch_reads_its_side_and_its_own_order(ramp):
 
 
 def test_the_torchvision_loader_deals_the_same_repeats(ramp):
-    from runner.loaders.slots import create_train_loader
+    from runner.loaders.loader import create_train_loader
     from runner.run.validate import validate
 
     v = validate("experiments/ramp.yaml", ["data.loader=torchvision", "~pipelines.train.resolution",

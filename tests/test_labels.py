@@ -58,7 +58,7 @@ def run_count(project: Path) -> int:
 def dali_labels(project: Path, root: Path, role: str, filters: str = "") -> dict[str, int]:
     """{class/file: label} as the DALI loader yields them, read from real batches (file paths as images)."""
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     path = project / "experiments" / "paths.yaml"
@@ -75,7 +75,7 @@ def dali_labels(project: Path, root: Path, role: str, filters: str = "") -> dict
 
 def torchvision_labels(project: Path, root: Path, role: str) -> dict[str, int]:
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     v = validate(experiment(project, root, loader="torchvision", name="tv.yaml"), accelerator="cpu")
@@ -209,7 +209,7 @@ def test_torchvision_and_the_decoded_cache_label_every_file_as_the_dali_loader_d
                                                                                  ', file_filters=["*.npy"]').items()}
         assert cached.items() <= torchvision_labels(project, gapped, role).items() and len(cached) >= 10
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     v = validate(experiment(project, cache, train="imagenet_train_cache", eval="imagenet_eval_cache",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from runner.dist import Dist
-from runner.loaders import create_loader
+from runner.loaders.loader import create_loader
 from runner.run.validate import validate
 
 # a pipeline whose "images" are the file paths, so tests can see which samples each rank read
@@ -126,7 +126,7 @@ def listed(path: str) -> list[str]:
 
 @pytest.mark.parametrize("world,batch,share,copy", [(1, 5, 0.6, 3), (2, 4, 0.5, 2), (2, 6, 0.2, 1)])
 def test_a_hybrid_pipeline_makes_every_batch_from_both_copies(project, image_dataset, world, batch, share, copy):
-    from runner.loaders.dali_plan import HYBRID as COPY
+    from runner.config.sections import HYBRID as COPY
 
     v, loaders = hybrid_loaders(project, image_dataset, batch, share, world)
     base_files = listed(dict(v.graphs["train"].steps[0].node.kwargs)["file_list"].value)
@@ -150,7 +150,7 @@ def test_a_hybrid_pipeline_makes_every_batch_from_both_copies(project, image_dat
 
 @pytest.mark.parametrize("deal", ["smallest", "largest"])
 def test_a_hybrid_copy_can_be_dealt_the_smallest_or_largest_files(project, image_dataset, deal):
-    from runner.loaders.dali_plan import HYBRID as COPY
+    from runner.config.sections import HYBRID as COPY
 
     path = project / "experiments" / "hybrid.yaml"
     path.write_text(HYBRID.format(root=image_dataset, batch=4, share=0.75).replace(
@@ -177,7 +177,7 @@ def test_a_hybrid_loader_resumes_both_copies_where_they_stopped(project, image_d
 
 
 def test_a_hybrid_loader_times_the_wait_for_each_pipeline(project, image_dataset):
-    from runner.loaders.slots import SlotLoader
+    from runner.loaders.loader import SlotLoader
 
     _, [a, b] = hybrid_loaders(project, image_dataset, 4, 0.5, 2)
     assert a.part_waits() == {"train": 0.0, "train.hybrid": 0.0}

@@ -14,7 +14,7 @@ from timm.loss import BinaryCrossEntropy
 from timm.optim import list_optimizers
 
 from runner.augment.mix import mixup_target
-from runner.config import load_experiment
+from runner.config.load import load_experiment
 from runner.config.sections import LossConfig, OptimizerConfig, SchedulerConfig
 from runner.errors import ConfigError
 from runner.optim.optimizers import check_optimizer, create_optimizer

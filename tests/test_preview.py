@@ -58,7 +58,8 @@ def checked(path, *overrides):
 
 def first_batch(v, pipeline):
     """(display pixels, labels) of the first batch the preview's loader yields."""
-    from runner.preview.batches import batch_denorms, create_preview_loader, preview_dist
+    from runner.preview.batches import batch_denorms
+    from runner.preview.draw import create_preview_loader, preview_dist
     from runner.preview.grid import display_pixels
 
     loader = create_preview_loader(v, pipeline, preview_dist(v))

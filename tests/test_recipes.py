@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mlflow import MlflowClient
 
-from runner.config import load_experiment
+from runner.config.load import load_experiment
 from tests.conftest import REPO, write_image_folder
 
 # a few CPU steps: the recipe as shipped, on a small folder of 3 classes with small batches

@@ -122,7 +122,7 @@ def test_export_round_trip(origin, elsewhere, capsys):
 
 @pytest.mark.slow
 def test_reproduce_from_another_directory(origin, elsewhere, capsys):
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
 
     code, out, err = run_cli(["reproduce", origin.run_id, "--uri", origin.uri], capsys)
     assert code == 0, err
@@ -296,7 +296,7 @@ def test_snapshot_pins_the_logged_pipeline_and_drops_identity_tags(project, imag
     it; identity tags (parent, origin) are not inherited; other tags are."""
     from omegaconf import OmegaConf
 
-    from runner.config import load_experiment
+    from runner.config.load import load_experiment
     from runner.run.snapshot import inline_pipelines, write_snapshot
     from runner.tracking.store import get_run
 

@@ -179,7 +179,7 @@ def test_an_eval_class_the_train_split_lacks_stops_before_writing(tmp_path, caps
 
 def batches(path: Path, role: str, rank: int, world: int, epochs: int = 2) -> list[list[tuple]]:
     from runner.dist import Dist
-    from runner.loaders import create_loader
+    from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
     loader = create_loader(validate(path, accelerator="cpu"), role, Dist(rank=rank, world=world))

@@ -46,7 +46,7 @@ def test_pipeline_checks_on_both_targets(path, target, project):
     graph = v.graphs[role]
     assert [o.name for o in graph.outputs] == ["images", "labels"]
     if target == "gpu":
-        from runner.config import load_experiment
+        from runner.config.load import load_experiment
         from runner.dsl.parse import parse_pipeline
 
         gpu = check_graph(parse_pipeline(load_experiment(exp).pipelines[role]), target="gpu")

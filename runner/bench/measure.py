@@ -18,9 +18,20 @@ from typing import Any
 import torch
 
 from runner.bench.stats import PART_WAIT_KEY
+from runner.bench.variants import variants
 from runner.dist import Dist, setup
+from runner.errors import RunnerError
+from runner.loaders.loader import create_loader
 from runner.loaders.slots import MicroBatch
-from runner.train.telemetry import PART_WAIT, STREAM_WAIT, LaunchThreadsWindow
+from runner.models.device import build_model
+from runner.run.processes import configure_torch, torch_threads
+from runner.run.record import run_params
+from runner.run.validate import validate
+from runner.tracking import MlflowTracker, resolve_tracking_uri
+from runner.tracking.base import NullTracker
+from runner.train.loop import train
+from runner.train.step import build_step, train_step, training_stream
+from runner.train.telemetry import PART_WAIT, STREAM_WAIT, GpuSampler, LaunchThreadsWindow
 
 
 def sync_device(d: Dist) -> None:
@@ -34,9 +45,6 @@ def _batches(loader):
 
 
 def loader_only(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
-    from runner.loaders import create_loader
-    from runner.train.telemetry import GpuSampler
-
     loader = create_loader(v, "train", d, feeds_model=False)
     batches = _batches(loader)
     for _ in range(warmup):
@@ -66,8 +74,6 @@ class CaptureTracker:
     """Keeps the interval metrics the training loop logs; forwards them to a real tracker too."""
 
     def __init__(self, inner=None):
-        from runner.tracking.base import NullTracker
-
         self.inner, self.windows = inner if inner is not None else NullTracker(), []
 
     def log_metrics(self, metrics, step):
@@ -81,8 +87,6 @@ class CaptureTracker:
 
 def end_to_end(v, d: Dist, warmup: int, steps: int, tracker) -> dict[str, Any]:
     """Training through runner's own loop (telemetry, tracking, progress on), warm-up windows dropped."""
-    from runner.train.loop import train
-
     capture = CaptureTracker(tracker)
     result = train(v, d, capture, run_id=f"bench-{int(time.time())}")
     kept = [m for step, m in capture.windows if step > warmup]
@@ -115,11 +119,6 @@ class BareStep:
     Calling it runs one training step; `wait` accumulates the seconds spent in `next()`."""
 
     def __init__(self, v, d: Dist):
-        from runner.loaders import create_loader
-        from runner.models.device import build_model
-        from runner.run.processes import configure_torch
-        from runner.train.step import build_step, train_step
-
         configure_torch(v.config, d)
         model = build_model(v.config, d)
         loader = create_loader(v, "train", d)
@@ -144,8 +143,6 @@ class BareStep:
 
 
 def bare_loop(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
-    from runner.train.step import training_stream
-
     with training_stream(v.config.trainer, d.device):  # the stream train() runs on
         step = BareStep(v, d)
         step.warm_up(warmup)
@@ -165,9 +162,6 @@ def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[
     end to end (the model waits for the loader's batches), it splits the loss between the two."""
     import threading
 
-    from runner.loaders import create_loader
-    from runner.train.step import training_stream
-    from runner.train.telemetry import GpuSampler
 
     ahead, drawn, failed = max(1, v.config.data.prefetch), [0], []
     turn, stop = threading.Condition(), threading.Event()
@@ -222,8 +216,6 @@ def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    from runner.run.validate import validate
-
     mode, warmup, steps = spec["mode"], spec["warmup"], spec["steps"]
     overrides = list(spec["overrides"])
     if mode in ("e2e", "bare", "beside"):  # one schedule: the bare loop's only difference is runner's loop
@@ -233,7 +225,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                       f"trainer.checkpoint_dir={spec['scratch']}"]
     v = validate(spec["experiment"], overrides)
     d = setup(v.target.accelerator)
-    from runner.run.processes import torch_threads
 
     torch_threads(d)
     if mode == "loader":
@@ -241,14 +232,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if mode == "bare":
         return bare_loop(v, d, warmup, steps)
     if mode == "beside":
-        from runner.bench.variants import variants
 
         v_synthetic = validate(spec["experiment"], [*overrides, *variants(v, ["synthetic"])[0].overrides])
         return beside_the_loader(v, v_synthetic, d, warmup, steps)
     tracker = None
     if spec.get("parent_run_id") and v.config.tracking.enabled:
-        from runner.run.record import run_params
-        from runner.tracking import MlflowTracker, resolve_tracking_uri
 
         tracker = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri), v.config.tracking.experiment,
                                 run_name=spec["name"], tags={"mlflow.parentRunId": spec["parent_run_id"],
@@ -269,8 +257,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    from runner.errors import RunnerError
-
     spec = json.loads(Path(argv[0]).read_text())
     try:
         result = run(spec)

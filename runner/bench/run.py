@@ -9,16 +9,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner import console
-from runner.errors import ConfigError
+from runner.bench.report import chart
+from runner.bench.results import write_results
+from runner.bench.suite import BenchResult, plan, run_rounds, stamp
+from runner.bench.suitefile import Entry, Suite, load_suite
+from runner.bench.variants import DALI_LOADERS, DEFAULT_LOADERS, LOADERS, MODES, cache_dir, size_note, variants
+from runner.config.load import is_override
+from runner.data.cache import build_cache
+from runner.data.paths import data_root
+from runner.errors import ConfigError, RunnerError, did_you_mean
+from runner.machine import cpu_cores, gpu_info
+from runner.progress import progress_bar
+from runner.run.data import ensure_data
+from runner.run.runinfo import git_state, versions
+from runner.run.validate import validate
+from runner.tracking import parent_run
 
-if TYPE_CHECKING:  # imported where used: `runner bench --help` reads DEFAULT_LOADERS from here and starts fast
-    from runner.bench.suite import BenchResult
-    from runner.bench.suitefile import Suite
-
-DEFAULT_LOADERS = "synthetic,dali,dali-cpu,cache,torchvision"
 DEFAULTS = {"repeat": 1, "warmup": 100, "steps": 300, "window": 25}
 
 
@@ -53,8 +62,6 @@ class BenchOutcome:
 
 def run_bench(req: BenchRequest, run_notes: Callable[[Any], None]) -> BenchOutcome:
     """Measure the request's suite and write its files; `run_notes` says what a validated experiment runs differently."""
-    from runner.bench.suite import plan
-
     suite = load(req)
     validated = prepare(suite, run_notes)
     jobs = plan(suite, validated)
@@ -80,16 +87,12 @@ def _given(req: BenchRequest) -> dict[str, int]:
 
 
 def machine() -> dict[str, str]:
-    from runner.machine import cpu_cores, gpu_info
-
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
     return {"host": platform.node(), "cpu": f"{cpu} ({cpu_cores()} cores)", **gpu_info()}
 
 
 def _words(req: BenchRequest) -> list[str]:
-    from runner.config.load import is_override
-
     words = [w for w in ([req.experiment] if req.experiment else []) + list(req.overrides)]
     if req.suite is not None:
         files = [w for w in words if not is_override(w)]
@@ -110,9 +113,6 @@ def _words(req: BenchRequest) -> list[str]:
 
 def load(req: BenchRequest) -> Suite:
     """The suite to measure: the file's, or one entry of the command line's experiment."""
-    from runner.bench.suitefile import Entry, Suite, load_suite
-    from runner.bench.variants import LOADERS, MODES
-
     words = _words(req)
     given = _given(req)
     if req.suite is not None:
@@ -133,7 +133,6 @@ def load(req: BenchRequest) -> Suite:
         if bad:
             raise ConfigError(f"unknown mode(s) {', '.join(bad)}; modes: {', '.join(MODES)}.", file="command line",
                               where="--modes")
-        from runner.errors import did_you_mean
 
         for n in names:
             if n not in LOADERS:
@@ -154,8 +153,6 @@ def load(req: BenchRequest) -> Suite:
 
 def _chosen_entries(suite: Suite, names: str) -> tuple:
     """The suite's entries named in `names` (comma-separated), in the suite's order."""
-    from runner.errors import did_you_mean
-
     chosen = [n for n in names.split(",") if n]
     known = [e.name for e in suite.entries]
     for n in chosen:
@@ -182,10 +179,6 @@ def command_line(req: BenchRequest, suite: Suite) -> str:
 
 def _validate(suite: Suite, entry):
     """The entry's experiment checked for this machine; a mistake names the suite file's line too."""
-    from runner.bench.variants import DALI_LOADERS, variants
-    from runner.errors import RunnerError
-    from runner.run.validate import validate
-
     try:
         # a synthetic or torchvision bench runs where DALI is not installed, and makes no data it does not read
         v = validate(entry.experiment, list(entry.overrides), check_pipelines=bool(DALI_LOADERS & set(entry.loaders)))
@@ -199,10 +192,6 @@ def _validate(suite: Suite, entry):
 
 def prepare(suite: Suite, run_notes: Callable[[Any], None]) -> list:
     """Validate every entry, then make the data and caches they read (each once)."""
-    from runner.bench.variants import cache_dir, size_note, variants
-    from runner.data.paths import data_root
-    from runner.run.data import ensure_data
-
     validated = [_validate(suite, e) for e in suite.entries]
     noted, made = False, set()
     for entry, v in zip(suite.entries, validated):
@@ -230,10 +219,6 @@ def _title(suite: Suite, validated: list, req: BenchRequest) -> str:
 
 def measure_rounds(suite: Suite, jobs: list, out_dir: Path, parent) -> BenchResult:
     """Every job once a round, with a progress bar over all of them and a line as each finishes."""
-    from runner.bench.suite import BenchResult, run_rounds, stamp
-    from runner.progress import progress_bar
-    from runner.run.runinfo import git_state, versions
-
     measured = [j for j in jobs if j.mode]
     total, done = len(measured) * suite.repeat, 0
     started = stamp()
@@ -263,10 +248,6 @@ def measure_rounds(suite: Suite, jobs: list, out_dir: Path, parent) -> BenchResu
 
 
 def write_files(result: BenchResult, out_dir: Path, *, bench_md: bool) -> list[Path]:
-    from runner.bench.report import chart
-    from runner.bench.results import write_results
-    from runner.machine import cpu_cores
-
     (out_dir / "bench.json").write_text(result.to_json())
     csv_path, md_path = write_results(result, out_dir, cpu_cores())
     files = [csv_path, md_path, out_dir / "bench.json", chart(result, out_dir / "bench.png")]
@@ -277,17 +258,11 @@ def write_files(result: BenchResult, out_dir: Path, *, bench_md: bool) -> list[P
 
 
 def _ensure_cache(v, dst: Path) -> None:
-    from runner.data.cache import build_cache
-    from runner.data.paths import data_root
-    from runner.progress import progress_bar
-
     with progress_bar(f"decoding {data_root(v.config.data)} into {dst}") as progress:
         build_cache(data_root(v.config.data), dst, max_side=256, progress=progress)
 
 
 def _open_parent_run(v, suite: Suite, req: BenchRequest):
-    from runner.tracking import parent_run
-
     overrides = " ".join(suite.entries[0].overrides if suite.path is None else suite.overrides)
     name = f"bench suite {suite.name}" if suite.path is not None else f"bench {Path(req.experiment).stem}"
     return parent_run(v, run_name=name, tags={"runner.bench": "parent", "runner.overrides": overrides},

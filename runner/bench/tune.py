@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from runner.bench.stats import part_waits
+from runner.config.load import load_experiment
+from runner.dist import Dist
+from runner.errors import RunnerError, display_path
+from runner.files import write_text_atomic
+from runner.loaders.dali_plan import dali_threads
 from runner.machine import cpu_cores
 
 FUSED, SEPARATE = "imagenet_train_fused", "imagenet_train"
@@ -82,9 +87,6 @@ def knobs(v, processes: int = 1) -> list[Knob]:
 
 
 def baseline_settings(v, ks: list[Knob], processes: int = 1) -> dict[str, Any]:
-    from runner.dist import Dist
-    from runner.loaders.dali_plan import dali_threads
-
     train = v.loaded.pipelines["train"]
     current = {"pipelines.train.use": train.name, "data.prefetch": v.config.data.prefetch,
                "trainer.stream_priority": v.config.trainer.stream_priority,
@@ -263,8 +265,6 @@ def decode_limit(best: Trial, data_root: Path, cache: dict | None = None,
 
 def check_output(output: Path, loaded) -> bool:
     """Refuse, before any trial, a file tune must not write; True when it replaces an earlier tune's file."""
-    from runner.errors import RunnerError, display_path
-
     merged = [f.resolve() for f in loaded.files]
     if output.resolve() in merged:
         how = "is the experiment" if output.resolve() == merged[-1] else "is included by the experiment"
@@ -287,9 +287,6 @@ def write_tuned(output: Path, experiment: Path, overrides: list[str], result: Tu
     import os
     import shlex
 
-    from runner.config.load import load_experiment
-    from runner.errors import RunnerError, display_path
-    from runner.files import write_text_atomic
 
     tuned_keys = list(expanded(result.best.settings))
     kept = [o for o in overrides if not any(_overlaps(_override_key(o), k) for k in tuned_keys)]

@@ -9,6 +9,26 @@ from pathlib import Path
 from typing import Any
 
 from runner import console
+from runner.bench.suite import measure
+from runner.bench.tune import (
+    Trial,
+    as_overrides,
+    baseline_settings,
+    check_output,
+    decode_limit,
+    default_output,
+    knobs,
+    search,
+    write_tuned,
+)
+from runner.data.jpeg_cache import median_longer_side
+from runner.data.manifest import find_manifest
+from runner.data.paths import data_root, split_dir
+from runner.errors import ConfigError, RunnerError
+from runner.files import check_writable
+from runner.machine import gpu_info
+from runner.run.data import ensure_data
+from runner.run.validate import validate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,24 +59,6 @@ def run_tune(req: TuneRequest, run_notes: Callable[[Any], None],
              show_trials: Callable[[TuneOutcome], None]) -> TuneOutcome:
     """Search this machine's fastest placement for the experiment's DALI train pipeline and write it;
     `show_trials` gets the trials' table and notes before the file is written (and checked)."""
-    from runner.bench.tune import (
-        as_overrides,
-        baseline_settings,
-        check_output,
-        decode_limit,
-        default_output,
-        knobs,
-        write_tuned,
-    )
-    from runner.data.jpeg_cache import median_longer_side
-    from runner.data.manifest import find_manifest
-    from runner.data.paths import data_root, split_dir
-    from runner.errors import ConfigError
-    from runner.files import check_writable
-    from runner.machine import gpu_info
-    from runner.run.data import ensure_data
-    from runner.run.validate import validate
-
     path, overrides = req.experiment, req.overrides
     output = check_writable(req.output if req.output else default_output(Path(path)))  # before the trials
     v = validate(path, overrides)
@@ -90,10 +92,6 @@ def _trials(req: TuneRequest, ks: list, start: dict[str, Any]):
     """The search, each trial an end-to-end measurement in a fresh process, under a progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from runner.bench.suite import measure
-    from runner.bench.tune import Trial, as_overrides, search
-    from runner.errors import RunnerError
-    from runner.run.validate import validate
 
     path, overrides = req.experiment, req.overrides
     out_dir = Path("bench-out") / f"tune-{Path(path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from runner.data.paths import data_root
 from runner.errors import ConfigError, did_you_mean
+from runner.loaders.transforms import build_transforms
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ def _size(role: str, source) -> tuple[str, ...]:
 
 DALI_LOADERS = {"dali", "dali-cpu", "cache"}
 LOADERS = ("synthetic", "dali", "dali-cpu", "cache", "torchvision")
+DEFAULT_LOADERS = ",".join(LOADERS)  # runner bench --loaders
 MODES = ("loader", "e2e", "bare", "beside")
 TRAINING_MODES = ("e2e", "beside")  # the modes whose img/s is the model's, each taken as a share of its ceiling
 
@@ -41,7 +43,6 @@ def torchvision_size(v) -> tuple[int, int]:
     """(height, width) of what data.torchvision.train makes of an image, found by running it on one."""
     from PIL import Image
 
-    from runner.loaders.transforms import build_transforms
 
     train, _ = build_transforms(v.config.data.torchvision, v.loaded.locate)
     out = train(Image.new("RGB", (320, 240)))

@@ -3,7 +3,7 @@ experiment from the command line, or a suite file of configurations measured tog
 from __future__ import annotations
 
 from runner import console
-from runner.bench.run import DEFAULT_LOADERS
+from runner.bench.variants import DEFAULT_LOADERS
 from runner.run.notes import run_notes
 
 

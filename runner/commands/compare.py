@@ -7,7 +7,6 @@ from pathlib import Path
 
 from runner import console
 from runner.errors import RunnerError
-from runner.repro.report import show
 
 PARENT_TAGS = ("runner.sweep", "runner.bench")  # parents group children; they train nothing themselves
 
@@ -36,6 +35,7 @@ def group_keys(text: str) -> list[str]:
 
 
 def run(args) -> int:
+    from runner.repro.report import show
     from runner.tracking.store import store_uri
 
     uri = store_uri(args.uri)
@@ -61,6 +61,8 @@ def sweep_parent(args, uri: str):
 
 def show_sweep(landed, args) -> int:
     """A sweep's children finished so far in groups, with how many are still to come."""
+    from runner.repro.report import show
+
     runs = list(landed.runs.values())
     if not runs:
         console.out.print(f"sweep {landed.parent.run_id}: {landed.counts}; no child has a run yet.")

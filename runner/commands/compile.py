@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from runner import console
 from runner.commands.args import add_experiment, experiment_and_overrides
-from runner.loaders.dali_plan import HYBRID, compiled_source
+from runner.config.sections import HYBRID
 from runner.run.notes import label_notes, run_notes
 
 
@@ -18,6 +18,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from runner.files import check_writable, write_text_atomic
+    from runner.loaders.dali_plan import compiled_source
     from runner.run.validate import validate
 
     path, overrides = experiment_and_overrides(args)

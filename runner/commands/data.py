@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from runner import console
 from runner.config.sections import SynthConfig
-from runner.data.scan import DEFAULT_SKIP_LIST
+from runner.data.paths import DEFAULT_SKIP_LIST
 from runner.errors import DataError, counted, display_path, first_names
 from runner.progress import progress_bar
 

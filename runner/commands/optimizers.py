@@ -11,17 +11,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import timm.optim
-
-    from runner.optim.optimizers import optimizer_names, optimizer_parameters
+    from runner.optim.optimizers import optimizer_infos, optimizer_names
 
     names = optimizer_names(args.filter)
     rows = []
     for name in names:
-        takes = optimizer_parameters(name)
-        keys = "(needs apex or bitsandbytes and CUDA)" if takes is None else \
-            ", ".join(sorted(takes & {"momentum", "nesterov", "betas", "eps"}))
-        rows.append([name, timm.optim.get_optimizer_info(name).description, keys])
+        info = optimizer_infos()[name]
+        keys = "(needs apex or bitsandbytes and CUDA)" if info.parameters is None else \
+            ", ".join(sorted(info.parameters & {"momentum", "nesterov", "betas", "eps"}))
+        rows.append([name, info.description, keys])
     console.out.print(console.table(f"{len(rows)} optimizers" + (f" matching '{args.filter}'" if args.filter else "")
                                     + " (other constructor arguments: optimizer.kwargs)",
                                     ["optimizer", "what it is", "optimizer.* keys it takes"], rows,

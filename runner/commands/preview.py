@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from runner import console
 from runner.commands.args import add_experiment, experiment_and_overrides
+from runner.config.sections import HYBRID
 from runner.errors import ConfigError, RunnerError, did_you_mean
-from runner.preview.batches import PIPELINES
 from runner.run.notes import label_notes, run_notes
+
+PIPELINES = ("train", "eval", HYBRID)  # what --pipeline draws
 
 
 def register(sub) -> None:
@@ -37,7 +39,6 @@ def check_arguments(args) -> None:
 
 def check_pipeline(v, pipeline: str) -> None:
     """The --pipeline the experiment has: a ConfigError naming the ones it does have otherwise."""
-    from runner.loaders.dali_plan import HYBRID
 
     cfg = v.config
     if pipeline == HYBRID and (cfg.data.loader != "dali" or cfg.pipelines.train.hybrid is None):
@@ -54,7 +55,7 @@ def check_pipeline(v, pipeline: str) -> None:
 
 def run(args) -> int:
     from runner.files import check_writable, write_bytes_atomic
-    from runner.preview.batches import preview_png
+    from runner.preview.draw import preview_png
     from runner.run.data import checked_with_data, ensure_data
     from runner.run.validate import validate
 

@@ -1,13 +1,17 @@
 """`runner validate`: a summary of what the experiment would run."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from runner import console
 from runner.commands.args import split_overrides
+from runner.config.sections import HYBRID
 from runner.data.paths import data_root
 from runner.errors import RunnerError, display_path
-from runner.loaders.dali_plan import HYBRID, hybrid_batches
 from runner.run.notes import label_notes, run_notes
-from runner.run.validate import Validated
+
+if TYPE_CHECKING:
+    from runner.run.validate import Validated
 
 
 def register(sub) -> None:
@@ -41,6 +45,7 @@ def print_validated(v: Validated) -> None:
         data = f"{cfg.data.root}" + ("" if root.is_dir() else " (not found here)")
     else:
         data = f"synthetic JPEGs in {root}" + (" (generated)" if root.is_dir() else " (generated at launch)")
+    from runner.loaders.dali_plan import hybrid_batches
     from runner.loaders.slots import global_batch
     from runner.optim.optimizers import scaled_lr
 

@@ -1,5 +1,2 @@
-"""Experiment configuration: typed sections and the loader that fills them from YAML."""
-from runner.config.load import LoadedExperiment, PipelineSource, load_experiment
-from runner.config.sections import Experiment
-
-__all__ = ["Experiment", "LoadedExperiment", "PipelineSource", "load_experiment"]
+"""Experiment configuration: typed sections (sections), the YAML loader that fills them (load), the file
+reader that maps key paths to lines (yamlfile), recipes' includes, what a run logs of its config (frozen)."""

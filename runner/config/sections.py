@@ -208,6 +208,9 @@ class DataConfig:
     torchvision: TorchvisionConfig = field(default_factory=TorchvisionConfig)
 
 
+HYBRID = "train.hybrid"  # the pipeline role of a hybrid train pipeline's copy (runner compile --pipeline, metrics)
+
+
 @dataclass(frozen=True, kw_only=True)
 class HybridConfig:
     """A second copy of the train graph, with `params` changed, that makes `share` of every batch: e.g. JPEG

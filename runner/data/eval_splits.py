@@ -11,7 +11,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from runner.config import LoadedExperiment
+from runner.config.load import LoadedExperiment
+from runner.data.labels import extra_classes_error, missing_note, split_classes
+from runner.data.paths import split_dir
+from runner.data.scan import filter_suffixes
+from runner.data.splits import scan_split, train_label_map
 from runner.errors import ConfigError, DataError, display_path
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -61,11 +65,6 @@ def split_view(loaded: LoadedExperiment, name: str) -> LoadedExperiment:
 def check_eval_splits(loaded: LoadedExperiment, world: int, suffixes: tuple[str, ...]) -> list[str]:
     """Check every extra split as launch checks the eval split (folder, layout, classes by name, one file per
     process for DALI's reader); returns the notes to print (classes a split has no folder for)."""
-    from runner.data.labels import extra_classes_error, missing_note, split_classes
-    from runner.data.paths import split_dir
-    from runner.data.scan import filter_suffixes
-    from runner.data.splits import scan_split, train_label_map
-
     labels, notes = train_label_map(loaded), []
     for name in extra_splits(loaded.config.data):
         view = split_view(loaded, name)

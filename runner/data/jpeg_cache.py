@@ -46,7 +46,7 @@ from runner.data.cache import (
 )
 from runner.data.pixels import dali_refuses, rgb_as_dali
 from runner.data.pool import Progress, map_in_pool
-from runner.data.scan import fingerprint, scan_image_folder, setup_decoder, try_decode
+from runner.data.scan import FileIssue, fingerprint, scan_image_folder, setup_decoder, try_decode
 from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)
@@ -157,8 +157,6 @@ def _tasks(src: Path, dst: Path, splits: list[str], scans, settings: dict) -> tu
 
 def _summarise(src: Path, dst: Path, settings: dict, splits: list[str], classes: int, tasks: list[_Task],
                names: list[str], outcomes: list[_Outcome], seconds: float) -> JpegCacheSummary:
-    from runner.data.scan import FileIssue
-
     counts = dict.fromkeys(splits, 0)
     skipped, cached = [], set()
     for task, name, o in zip(tasks, names, outcomes):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.data.scan import class_folders
+from runner.data.shardset import LABELS, find_shard_split
 from runner.errors import ConfigError, DataError, display_path, first_names, list_names
 
 
@@ -44,8 +45,6 @@ class LabelMap:
 def load_label_map(train_folder: str | Path) -> LabelMap:
     """The map the train split's class folders define (DataError when the folder is not an ImageFolder); for a
     split of shards, the map `runner data shard` took from its source's train split."""
-    from runner.data.shardset import find_shard_split
-
     shards = find_shard_split(train_folder)
     if shards is not None:
         return LabelMap(classes=shards.classes, folder=Path(train_folder))
@@ -81,8 +80,6 @@ def extra_classes_error(label_map: LabelMap, folder: Path, extra: list[str], at:
 def split_classes(label_map: LabelMap, folder: Path) -> tuple[list[str], list[str]]:
     """(class folders of `folder` the train split lacks, train classes `folder` lacks). A split of shards carries
     labels already, numbered by its set's map: a DataError unless that map is the train split's."""
-    from runner.data.shardset import LABELS, find_shard_split
-
     shards = find_shard_split(folder)
     if shards is None:
         return extra_classes(label_map, folder), missing_classes(label_map, folder)

@@ -9,7 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from runner.errors import counted, display_path, first_names
+from runner.data.scan import fingerprint
+from runner.errors import DataError, counted, display_path, first_names
 
 MARKER = ".runner-cache.json"  # runner.data.cache.MARKER, spelt here so that reading it does not import numpy
 
@@ -80,9 +81,6 @@ def manifest_problem(root: Path, manifest: dict) -> str | None:
 def _source_state(manifest: dict, split: str) -> tuple[str, dict | None]:
     """('unchanged' | 'changed' | 'absent' | the reason it is unreadable, its fingerprint now) of a cache's source
     split, where the manifest says it is on this machine."""
-    from runner.data.scan import fingerprint
-    from runner.errors import DataError
-
     then = (manifest.get("source_fingerprint") or {}).get(split)
     folder = Path(str(manifest.get("source"))) / split
     if then is None or not folder.is_dir():

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from runner.data.paths import DEFAULT_SKIP_LIST
+from runner.data.pixels import dali_refuses, rgb_as_dali
 from runner.data.pool import Progress, map_in_pool
+from runner.data.shardset import find_shard_split, shard_fingerprint
 from runner.errors import DataError, display_path, first_names
 
 # fn.readers.file's default `file_filters` and `case_sensitive_filter` (DALI 2.4; a test compares them
@@ -27,9 +30,6 @@ _SUFFIXES = tuple(f[1:] for f in READER_FILE_FILTERS)  # every filter is "*.ext"
 
 LAYOUT = "an ImageFolder: ROOT/<class>/<image>.jpg, one folder per class with the images directly inside"
 
-# where `runner data check` writes its list unless told otherwise, relative to the checked folder. A
-# file, not a folder such as ROOT/.runner/: the reader would number any subfolder as a class.
-DEFAULT_SKIP_LIST = ".runner-bad-files.txt"
 
 
 class FileIssue(NamedTuple):
@@ -196,8 +196,6 @@ def fingerprint(root: str | Path, suffixes: tuple[str, ...] | None = None) -> di
     hashed: that would read the whole dataset). A file that cannot be stat'ed counts as size -1. Without
     `suffixes`: the images, or a decoded cache's arrays (see scan_data_folder).
     """
-    from runner.data.shardset import find_shard_split, shard_fingerprint
-
     shards = find_shard_split(root)
     if shards is not None:
         return shard_fingerprint(shards)
@@ -302,7 +300,6 @@ def _decode(source, size: int, head) -> tuple[str | None, str | None, str | None
     `head` gives the first bytes, read only to explain a failure."""
     from PIL import Image, UnidentifiedImageError
 
-    from runner.data.pixels import dali_refuses, rgb_as_dali
 
     if size == 0:
         return "zero bytes", None, None

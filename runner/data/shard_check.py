@@ -16,6 +16,8 @@ from runner.data.shardset import (
     parse_index,
     read_labels,
 )
+from runner.data.tfrecord import IMAGE_KEY, LABEL_KEY, NAME_KEY, read_examples
+from runner.data.tfrecord import parse_index as parse_records
 
 
 def check_shard_images(split: ShardSplit, *, workers: int | None = None,
@@ -73,9 +75,6 @@ def _tar_samples(tar: Path):
 
 def _tfrecord_samples(shard: Path):
     """(where, label, its feature, () -> image bytes) for each record of a TFRecord shard."""
-    from runner.data.tfrecord import IMAGE_KEY, LABEL_KEY, NAME_KEY, read_examples
-    from runner.data.tfrecord import parse_index as parse_records
-
     for n, example in enumerate(read_examples(shard, parse_records(shard.with_suffix(".idx")))):
         name = example.get(NAME_KEY)
         where = f"{shard.name}: record {n}" + (f" ({name.decode('utf-8', 'replace')})" if isinstance(name, bytes) else "")

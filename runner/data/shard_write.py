@@ -39,8 +39,9 @@ from runner.data.cache import (
 from runner.data.labels import LabelMap, extra_classes, extra_classes_error, load_label_map
 from runner.data.manifest import describe as describe_cache
 from runner.data.manifest import find_manifest as find_cache_manifest
+from runner.data.paths import DEFAULT_SKIP_LIST
 from runner.data.pool import Progress, map_in_pool
-from runner.data.scan import DEFAULT_SKIP_LIST, FileIssue, fingerprint, scan_image_folder, setup_decoder, try_decode
+from runner.data.scan import FileIssue, fingerprint, scan_image_folder, setup_decoder, try_decode
 from runner.data.shardset import (
     INDEX,
     LABEL_EXT,
@@ -55,6 +56,7 @@ from runner.data.shardset import (
     image_ext,
     index_digest,
 )
+from runner.data.tfrecord import RecordWriter, write_index
 from runner.errors import DataError, display_path
 
 log = logging.getLogger(__name__)
@@ -270,8 +272,6 @@ def _tar_writer(stream, tmp: Path, index: Path):
 @contextmanager
 def _tfrecord_writer(stream, index: Path):
     """add(sample, image bytes) as one tf.train.Example record; the index (offset, size per record) at the end."""
-    from runner.data.tfrecord import RecordWriter, write_index
-
     writer = RecordWriter(stream)
     yield lambda s, data: writer.write(data, s.label, s.name.rsplit("/", 1)[0], s.name)
     tmp = temporary_path(index)

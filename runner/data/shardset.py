@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from runner.data import tfrecord
 from runner.errors import DataError, counted, display_path, first_names
 
 MARKER = ".runner-shards.json"
@@ -223,13 +224,11 @@ def _check_labels(shard: Path, low: int, high: int, classes: int, known: int, re
 
 
 def _check_tfrecord(shard: Path, record: dict, classes: int, known: int, rebuild: str) -> None:
-    from runner.data.tfrecord import IMAGE_KEY, LABEL_KEY, parse_index, read_examples, record_length
-
     index = shard.with_suffix(INDEX)
     if not index.is_file():
         raise _missing_index(shard, index, rebuild)
     try:
-        records = parse_index(index)
+        records = tfrecord.parse_index(index)
     except ValueError:
         raise DataError("is not a TFRecord index (lines of 'offset size'): rebuild it with DALI's `tfrecord2idx "
                         f"{display_path(shard)} {display_path(index)}`.", file=index) from None
@@ -243,7 +242,7 @@ def _check_tfrecord(shard: Path, record: dict, classes: int, known: int, rebuild
             offset, length = records[n]
             f.seek(offset)
             header = f.read(12)
-            if len(header) < 12 or record_length(header) + 16 != length:
+            if len(header) < 12 or tfrecord.record_length(header) + 16 != length:
                 raise DataError(f"does not match its index {index.name}: the index has a record of {length} bytes at "
                                 f"byte {offset}, the file does not (an index of another shard?). Rebuild the index "
                                 f"with DALI's `tfrecord2idx {display_path(shard)} {display_path(index)}`.", file=shard)
@@ -251,13 +250,13 @@ def _check_tfrecord(shard: Path, record: dict, classes: int, known: int, rebuild
         low, high = record.get("labels") or (0, -1)
     else:
         labels = []
-        for n, example in enumerate(read_examples(shard, records)):
-            if not isinstance(example.get(LABEL_KEY), int):
-                raise DataError(f"record {n} has no label: no single int64 '{LABEL_KEY}' feature. Every record needs "
+        for n, example in enumerate(tfrecord.read_examples(shard, records)):
+            if not isinstance(example.get(tfrecord.LABEL_KEY), int):
+                raise DataError(f"record {n} has no label: no single int64 '{tfrecord.LABEL_KEY}' feature. Every record needs "
                                 f"one; run {rebuild}.", file=shard)
-            if not example.get(IMAGE_KEY):
-                raise DataError(f"record {n} has no image ('{IMAGE_KEY}'); run {rebuild}.", file=shard)
-            labels.append(example[LABEL_KEY])
+            if not example.get(tfrecord.IMAGE_KEY):
+                raise DataError(f"record {n} has no image ('{tfrecord.IMAGE_KEY}'); run {rebuild}.", file=shard)
+            labels.append(example[tfrecord.LABEL_KEY])
         low, high = (min(labels), max(labels)) if labels else (0, -1)
     _check_labels(shard, low, high, classes, known, rebuild)
 

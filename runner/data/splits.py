@@ -5,10 +5,21 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from runner.config import LoadedExperiment
+from runner.config.load import LoadedExperiment
 from runner.config.sections import DataConfig
-from runner.data.labels import LabelMap
+from runner.data.labels import (
+    LabelMap,
+    check_num_classes,
+    extra_classes_error,
+    load_label_map,
+    missing_note,
+    split_classes,
+)
+from runner.data.manifest import cache_problem
 from runner.data.paths import data_root, split_dir
+from runner.data.scan import filter_suffixes, scan_image_folder
+from runner.data.shardset import check_shard_split, find_shard_split
+from runner.data.skips import readable_files
 from runner.errors import DataError, display_path
 
 
@@ -19,9 +30,6 @@ def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | 
 
 def scan_split_at(loaded: LoadedExperiment, role: str, folder: Path, suffixes: tuple[str, ...] | None = None):
     """scan_split for the folder the role's reader reads (its split, unless the pipeline names another)."""
-    from runner.data.scan import filter_suffixes, scan_image_folder
-    from runner.data.shardset import check_shard_split, find_shard_split
-
     with naming_data_key(loaded, role, folder):
         shards = find_shard_split(folder)
         if shards is not None:  # a split of `runner data shard`: its shards, indexes and labels checked instead
@@ -33,8 +41,6 @@ def scan_split_at(loaded: LoadedExperiment, role: str, folder: Path, suffixes: t
 @contextmanager
 def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
     """A DataError about the role's folder, raised inside, names the experiment's data key too."""
-    from runner.errors import DataError
-
     data = loaded.config.data
     try:
         yield
@@ -50,8 +56,6 @@ def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, 
     """A DataError when the train split holds less than one batch for each of `world` processes (for each of their
     `accumulation` reader slots), or DALI's eval reader would have a process with no image (it refuses more shards
     than files)."""
-    from runner.errors import DataError
-
     data = loaded.config.data
     files = _readable_count(data, "train", suffixes["train"])
     slots = world * accumulation
@@ -71,9 +75,6 @@ def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, 
 
 
 def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> int:
-    from runner.data.shardset import find_shard_split
-    from runner.data.skips import readable_files
-
     shards = find_shard_split(split_dir(data, role))
     if shards is not None:
         return shards.samples
@@ -83,8 +84,6 @@ def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> i
 def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
     """The label map the train split's class folders define (data.labels), or None where no folder is read
     (the synthetic loader) or the train split is not there yet."""
-    from runner.data.labels import load_label_map
-
     data = loaded.config.data
     folder = split_dir(data, "train")
     if data.loader == "synthetic" or not folder.is_dir():
@@ -96,8 +95,6 @@ def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
 def check_caches(loaded: LoadedExperiment) -> None:
     """DataError at data.root when a split the run reads is a cache that must not be read as it is (an unfinished
     build, entries without a source image: runner.data.manifest.cache_problem)."""
-    from runner.data.manifest import cache_problem
-
     data = loaded.config.data
     if data.loader == "synthetic" or not data.root:
         return
@@ -112,8 +109,6 @@ def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
     """(the train split's label map or None, notes to print once): raises when the eval split holds classes the
     train split lacks, or model.num_classes is below the class count. After checked_pipelines, whose scans of
     the folders (with the readers' file filters) report a broken split first."""
-    from runner.data.labels import check_num_classes, extra_classes_error, missing_note, split_classes
-
     labels = train_label_map(loaded)
     if labels is None:
         return None, []

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from runner.data.cache import settings_diff
+from runner.data.paths import FORMAT
 from runner.data.pool import Progress, map_in_pool, process_alive
 from runner.errors import DataError
 
@@ -34,8 +36,6 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val")
 MARKER = ".runner-synth.json"
-# bump when the images change, so that a set made by an older generator is not taken for this one
-FORMAT = 1
 
 # mid-frequency luma texture and per-pixel grain: at 400-640 px and quality 90 these give a mean of
 # ~122 KiB per file (measured), in the 100-150 KiB of ImageNet's JPEGs; without them ~40 KiB
@@ -143,7 +143,6 @@ def _existing(root: Path, settings: dict) -> SynthSummary:
         raise DataError(f"cannot read this marker ({type(e).__name__}: {e}); remove the folder to generate "
                         "the set again.", file=marker) from None
     if old != settings:
-        from runner.data.cache import settings_diff
 
         raise DataError(f"holds a synthetic dataset made with other settings: {settings_diff(old, settings)}. Remove it or choose "
                         "another folder (data.synth.dir keeps one folder per setting).", file=root)

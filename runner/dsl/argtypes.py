@@ -1,8 +1,11 @@
-"""Literal argument values against the DALI argument types named in the schemas."""
+"""Literal argument values against the DALI argument types named in the schemas; DALI's enums and layout names
+as the catalog keeps them (DALI itself is imported only to build a pipeline's values: enum_value)."""
 from __future__ import annotations
 
 import functools
 from typing import Any
+
+from runner.dsl.catalog import load_catalog
 
 ENUM_OF_TYPE = {"DATA_TYPE": "DALIDataType", "_DATA_TYPE_VEC": "DALIDataType",
                 "IMAGE_TYPE": "DALIImageType", "INTERP_TYPE": "DALIInterpType"}
@@ -15,12 +18,7 @@ _FLOATS = {"FLOAT", "FLOAT16", "FLOAT64"}
 @functools.cache
 def enum_members() -> dict[str, tuple[str, ...]]:
     """Enum kind -> member names, as DALI defines them (FLOAT, RGB, INTERP_LINEAR, ...)."""
-    from nvidia.dali import types
-
-    out = {}
-    for kind in ("DALIDataType", "DALIImageType", "DALIInterpType"):
-        members = getattr(types, kind).__members__
-        out[kind] = tuple(n for n in members if not n.startswith("_"))
+    out = {kind: tuple(n for n in members if not n.startswith("_")) for kind, members in load_catalog().enums.items()}
     # data types that tensors hold, most used first; DALIDataType also names argument kinds
     numeric = ("FLOAT", "UINT8", "FLOAT16", "INT32", "INT64", "FLOAT64", "INT8", "INT16", "UINT16", "UINT32",
                "UINT64", "BOOL")
@@ -33,32 +31,24 @@ def enum_default_name(dali_type: str, default: str | None) -> str | None:
     kind = ENUM_OF_TYPE.get(dali_type)
     if kind is None or default is None or not default.lstrip("-").isdigit():
         return default
-    from nvidia.dali import types
-
-    try:
-        return getattr(types, kind)(int(default)).name
-    except (ValueError, TypeError):
-        return default
+    return _member_of(kind, int(default)) or default
 
 
-@functools.cache
 def layout_constants() -> dict[str, str]:
     """The layout names DALI's types module defines (types.NCHW == "CHW", types.NHWC, ...)."""
-    from nvidia.dali import types
-
-    return {n: v for n, v in vars(types).items() if n.isupper() and isinstance(v, str)}
+    return load_catalog().layouts
 
 
 def enum_of_number(kind: str, number: Any) -> str | None:
     """The member name of an enum written as its number (interp_type=1), as DALI converts it; None if none."""
     if isinstance(number, bool) or not isinstance(number, int):
         return None
-    from nvidia.dali import types
+    return _member_of(kind, number)
 
-    try:
-        return getattr(types, kind)(number).name
-    except ValueError:
-        return None
+
+def _member_of(kind: str, number: int) -> str | None:
+    """The first member of enum `kind` with value `number` (its canonical name, as DALI's enum gives it)."""
+    return next((name for name, value in load_catalog().enums[kind].items() if value == number), None)
 
 
 def enum_kind_of(name: str) -> str | None:

@@ -10,6 +10,10 @@ DALI operators (`augment.*`, from the table in runner.augment), with typed argum
 DALI still runs the names it has deprecated (`fn.image_decoder`, `fn.file_reader`, ...): the catalog
 maps each to the operator DALI names as its replacement (`DeprecatedInFavorOf`), so a line from an
 older example checks against the current operator and compiles to its current name.
+
+Reading the registries means importing DALI (half a second or more); the catalog, with the enums, math functions
+and layouts the checker reads, is made once per installed DALI and kept in runner's cache (files.kept_facts), so
+that checking a pipeline imports no DALI. Building one does.
 """
 from __future__ import annotations
 
@@ -18,9 +22,12 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from runner.augment import COMPOSITIONS, load, resolve_check
 from runner.errors import ConfigError, closest, did_you_mean, list_names
+from runner.files import facts_key, installed_version, kept_facts
 
 # Arguments the runner owns: dsl.check injects them into each reader from the global rank and world size.
 RUNNER_OWNED = {"shard_id": "the global rank", "num_shards": "the world size"}
@@ -57,7 +64,12 @@ class OpInfo:
     is_reader: bool = False
     python: bool = False      # a Python function over DALI operators (auto_aug.*, augment.*), not a DALI schema
     conditionals: bool = False  # built on DALI's conditional execution: the pipeline needs enable_conditionals
-    check: Callable[[dict], None] | None = None  # the constant arguments -> raises ConfigError(where="argument ...")
+    check: str | None = None  # runner.augment's MODULE:FUNCTION: the constant arguments -> raises ConfigError
+
+    def check_values(self, constants: dict) -> None:
+        """The operator's own check of its constant arguments (runner's compositions have one)."""
+        if self.check is not None:
+            resolve_check(self.check)(constants)
 
     @property
     def cpu(self) -> bool:
@@ -159,19 +171,18 @@ def _auto_aug_ops() -> dict[str, OpInfo]:
 
 def _runner_ops() -> dict[str, OpInfo]:
     """runner.augment's compositions: typed like DALI's schemas, so the checker tests constants the same way."""
-    from runner.augment import COMPOSITIONS
-
     ops = {}
     for name, comp in COMPOSITIONS.items():
-        params = list(inspect.signature(comp.func).parameters.values())[1:]  # first one is the data
+        func = load(name)
+        params = list(inspect.signature(func).parameters.values())[1:]  # first one is the data
         args = {p.name: ArgInfo(name=p.name, type=comp.args[p.name].type, kind=comp.args[p.name].kind,
                                 required=p.default is inspect.Parameter.empty,
                                 default=None if p.default is inspect.Parameter.empty else repr(p.default),
                                 tensor=p.name in comp.streams, doc=comp.args[p.name].doc)
                 for p in params}
         # emitted and imported as runner.augment.<function>, its public name
-        ops[name] = OpInfo(name=name, schema=f"runner.augment.{comp.func.__name__}", backends=("cpu", "gpu"),
-                           min_inputs=1, max_inputs=1, args=args, doc=(inspect.getdoc(comp.func) or "").split("\n\n")[0],
+        ops[name] = OpInfo(name=name, schema=f"runner.augment.{func.__name__}", backends=("cpu", "gpu"),
+                           min_inputs=1, max_inputs=1, args=args, doc=(inspect.getdoc(func) or "").split("\n\n")[0],
                            python=True, conditionals=comp.conditionals, check=comp.check)
     return ops
 
@@ -184,10 +195,14 @@ class Catalog:
     """Name -> OpInfo for every operator the DSL accepts."""
 
     def __init__(self, ops: dict[str, OpInfo], deprecated: dict[str, OpInfo] | None = None,
-                 aliases: dict[str, str] | None = None):
+                 aliases: dict[str, str] | None = None, *, math: dict[str, tuple[str, ...]] | None = None,
+                 enums: dict[str, dict[str, int]] | None = None, layouts: dict[str, str] | None = None):
         self.ops = ops
         self.deprecated = deprecated or {}  # DALI's deprecated fn name -> the operator it stands for
         self.aliases = aliases or {}        # other spellings DALI's docs use -> fn name
+        self.math = math or {}              # nvidia.dali.math's functions -> their parameter names
+        self.enums = enums or {}            # DALIDataType, DALIImageType, DALIInterpType -> member -> number
+        self.layouts = layouts or {}        # the layout names of DALI's types module (NCHW -> "CHW")
 
     def names(self) -> list[str]:
         return sorted(self.ops)
@@ -238,7 +253,21 @@ class Catalog:
 
 @functools.cache
 def load_catalog() -> Catalog:
-    """All operators of the installed DALI (cached: building it takes ~0.1 s)."""
+    """All operators of the installed DALI, with its enums, math functions and layouts: read from DALI once per
+    installed version (and version of this code), then from runner's cache."""
+    version = installed_version(prefix="nvidia-dali")
+    if version is None:
+        raise ConfigError(
+            "NVIDIA DALI is not installed, so pipelines cannot be checked or built. Install runner with "
+            "the DALI extra that matches torch's CUDA: pip install -e '.[cuda13]' (or '.[cuda12]').",
+            file="runner") from None
+    here = Path(__file__).parent
+    sources = (here / "catalog.py", here.parent / "augment" / "__init__.py", *sorted((here.parent / "augment").glob("[!_]*.py")))
+    return kept_facts("dali-catalog", facts_key(version, sources=sources), read_catalog)
+
+
+def read_catalog() -> Catalog:
+    """The catalog read from DALI's registries (importing DALI)."""
     try:
         from nvidia.dali import backend, fn
     except ImportError as e:
@@ -255,7 +284,8 @@ def load_catalog() -> Catalog:
     ops.update(_auto_aug_ops())
     ops.update(_runner_ops())
     ops.update(_tfrecord_op())
-    return Catalog(ops, _deprecated_ops(names, fn, ops), AUTO_AUG_ALIASES)
+    return Catalog(ops, _deprecated_ops(names, fn, ops), AUTO_AUG_ALIASES, math=_math_functions(),
+                   enums=_enums(), layouts=_layouts())
 
 
 def _deprecated_ops(names: set[str], fn_module: Any, ops: dict[str, OpInfo]) -> dict[str, OpInfo]:
@@ -279,13 +309,31 @@ def _deprecated_ops(names: set[str], fn_module: Any, ops: dict[str, OpInfo]) -> 
     return out
 
 
-@functools.cache
 def math_functions() -> dict[str, tuple[str, ...]]:
-    """nvidia.dali.math's functions (sqrt, clamp, ...) -> their parameter names, read from the module."""
+    """nvidia.dali.math's functions (sqrt, clamp, ...) -> their parameter names."""
+    return load_catalog().math
+
+
+def _math_functions() -> dict[str, tuple[str, ...]]:
     from nvidia.dali import math
 
     return {name: tuple(inspect.signature(f).parameters) for name, f in sorted(vars(math).items())
             if inspect.isfunction(f) and not name.startswith("_") and f.__module__ == math.__name__}
+
+
+def _enums() -> dict[str, dict[str, int]]:
+    """DALI's argument enums: kind -> member name -> number, in DALI's order."""
+    from nvidia.dali import types
+
+    return {kind: {name: int(member) for name, member in getattr(types, kind).__members__.items()}
+            for kind in ("DALIDataType", "DALIImageType", "DALIInterpType")}
+
+
+def _layouts() -> dict[str, str]:
+    """The layout names DALI's types module defines (types.NCHW == "CHW", types.NHWC, ...)."""
+    from nvidia.dali import types
+
+    return {n: v for n, v in vars(types).items() if n.isupper() and isinstance(v, str)}
 
 
 # `from nvidia.dali.auto_aug import auto_augment` and friends: DALI's docs call the policies through their modules

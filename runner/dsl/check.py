@@ -249,7 +249,7 @@ class _Checker:
         """An `augment.*` step's own check of its constant arguments (a policy string's grammar, a range)."""
         constants = {k: v.value for k, v in kwargs if isinstance(v, Lit)}
         try:
-            op.check(constants)
+            op.check_values(constants)
         except ConfigError as e:
             raise self.fail(f"{e.where} of {op.name}: {e.message}") from None
 

@@ -6,7 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from runner import console
+from runner.config.load import is_override
+from runner.config.sections import TrackingConfig
 from runner.errors import RunnerError, display_path
+from runner.evaluate.command import evaluate_command
+from runner.evaluate.report import EVALUATES_TAG, description
+from runner.run.snapshot import write_snapshot
+from runner.run.validate import validate
+from runner.tracking import create_tracker
+from runner.tracking.store import find_runs, get_run, store_uri
 from runner.weights import checkpoint
 from runner.weights.average import (
     AVERAGES_TAG,
@@ -20,16 +28,12 @@ from runner.weights.average import (
     with_defaults,
     write_average,
 )
+from runner.weights.kept import INDEX, STORE_DIR, step_name
 
 
 def average_command(run_id: str, rule: Rule, *, ema: bool, overrides: list[str], uri: str | None,
                     out: Path = Path("averaged")) -> int:
     """`runner average`: choose the run's kept checkpoints, average them, evaluate the average as a new run."""
-    from runner.evaluate.command import evaluate_command
-    from runner.run.snapshot import write_snapshot
-    from runner.run.validate import validate
-    from runner.tracking.store import get_run, store_uri
-
     check_overrides(overrides)
     store = store_uri(uri)
     record = get_run(store, run_id)
@@ -53,8 +57,6 @@ def average_command(run_id: str, rule: Rule, *, ema: bool, overrides: list[str],
 
 
 def check_overrides(overrides: list[str]) -> None:
-    from runner.config.load import is_override
-
     for word in overrides:
         if not is_override(word):
             raise RunnerError(f"'{word}' is not an override; runner average evaluates with the run's own experiment, "
@@ -70,12 +72,6 @@ def link_run(record, store: str, path: Path, state: dict[str, Any], rule: Rule, 
     """The evaluation's run made the average's: tagged with the source, which checkpoints as params, the average
     as its checkpoint (checkpoints/step-N.pt and index.json, so its id works where a run's weights are asked
     for). Returns its id and how the tracker finished (FinishResult)."""
-    from runner.config.sections import TrackingConfig
-    from runner.evaluate.report import EVALUATES_TAG, description
-    from runner.tracking import create_tracker
-    from runner.tracking.store import find_runs
-    from runner.weights.kept import INDEX, STORE_DIR, step_name
-
     found = find_runs(store, experiment=record.experiment, limit=1,
                       tags={EVALUATES_TAG: record.run_id, "runner.evaluated_checkpoint": str(path.resolve())})
     if not found:

@@ -16,8 +16,22 @@ from typing import Any
 
 import yaml
 
-from runner import console
+from runner import console, dist
+from runner.config.frozen import IDENTITY_TAGS
+from runner.data.paths import split_dir
+from runner.dist import Dist, under_torchrun
 from runner.errors import ConfigError, DataError, display_path
+from runner.evaluate.report import finish_evaluation
+from runner.evaluate.score import create_eval_loaders, evaluate, evaluate_nets
+from runner.loaders.loader import create_loader
+from runner.models.device import autocast_args, build_model
+from runner.run.data import checked_with_data, ensure_data
+from runner.run.notes import label_notes, run_notes
+from runner.run.processes import WORKER_ENV, configure_torch, run_torchrun, torch_threads, torchrun_args
+from runner.run.snapshot import write_snapshot
+from runner.run.validate import validate
+from runner.tracking import resolve_tracking_uri
+from runner.tracking.store import get_run, store_uri
 from runner.weights import checkpoint
 from runner.weights.store import run_checkpoint
 
@@ -66,8 +80,6 @@ def resolve_source(source: str, experiment: str | None, uri: str | None, out: Pa
         folder = out / str(state.get("run_id") or path.stem) / "experiments"
         exp = Path(experiment) if experiment else write_experiment(state["config"], folder, path.stem)
         return Source(weights=path, run_id=state.get("run_id"), experiment=exp)
-    from runner.run.snapshot import write_snapshot
-    from runner.tracking.store import get_run, store_uri
 
     store = store_uri(uri)
     record = get_run(store, source)
@@ -79,8 +91,6 @@ def resolve_source(source: str, experiment: str | None, uri: str | None, out: Pa
 
 def write_experiment(config: dict[str, Any], folder: Path, stem: str) -> Path:
     """A checkpoint's resolved experiment as a file, without the tags that name the run's place."""
-    from runner.config.frozen import IDENTITY_TAGS
-
     tags = (config.get("tracking") or {}).get("tags") or {}
     for key in IDENTITY_TAGS:
         tags.pop(key, None)
@@ -92,8 +102,6 @@ def write_experiment(config: dict[str, Any], folder: Path, stem: str) -> Path:
 
 def source_overrides(src: Source, user: list[str]) -> list[str]:
     """Log the evaluation beside the run it evaluates: same store and experiment, named after it."""
-    from runner.tracking import resolve_tracking_uri
-
     logged = (yaml.safe_load(src.experiment.read_text()) or {}).get("tracking") or {}
     out = [f"tracking.run_name='eval-{(src.run_id or src.weights.stem)[:8]}'"]
     if src.tracking_experiment and logged.get("experiment") != src.tracking_experiment:
@@ -109,7 +117,6 @@ def check_label_map(state: dict[str, Any], v, weights: Path) -> None:
     saved = (state.get("fixed_settings") or {}).get("data.label_map")
     if saved is None or v.config.data.loader == "synthetic":
         return
-    from runner.data.paths import split_dir
 
     train = split_dir(v.config.data, "train")
     if v.labels is None:
@@ -127,11 +134,7 @@ def check_label_map(state: dict[str, Any], v, weights: Path) -> None:
 def evaluate_command(source: str, experiment: str | None, overrides: list[str], uri: str | None,
                      out: Path = Path("evaluated")) -> int:
     """`runner evaluate`: resolve what is evaluated, check the data, run the evaluation here or under torchrun."""
-    from runner.dist import under_torchrun
-    from runner.run.validate import validate
-
     if under_torchrun():
-        from runner.run.processes import WORKER_ENV
 
         if WORKER_ENV not in os.environ or experiment is None:
             raise ConfigError("runner evaluate starts its own processes: run it without torchrun, with "
@@ -145,7 +148,6 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
                  + f" with {shlex.join([display_path(src.experiment), *overrides])}")
     if v.target.world == 1:
         return run_eval_worker(v, src.weights, state)
-    from runner.run.processes import run_torchrun, torchrun_args
 
     return run_torchrun(torchrun_args(v, str(src.experiment), overrides, [],
                                       command=("evaluate", str(src.weights.resolve()))), v.processes)
@@ -154,9 +156,6 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
 def prepared(v, state: dict[str, Any], weights: Path):
     """The experiment with its data made and checked (the eval splits alone), and refused for a label map other
     than the weights' or no eval pipeline."""
-    from runner.run.data import checked_with_data, ensure_data
-    from runner.run.notes import label_notes, run_notes
-
     if v.config.data.loader == "dali" and v.config.pipelines.eval is None:
         raise ConfigError("the experiment has no eval pipeline (pipelines.eval is not set): set one, e.g. "
                           "pipelines.eval.use=imagenet_eval, or data.loader=torchvision.", **v.loaded.at("pipelines"))
@@ -171,13 +170,6 @@ def prepared(v, state: dict[str, Any], weights: Path):
 def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> int:
     """One evaluating process: join the group, score each set of weights (the checkpoint `weights`, or its `state`
     already loaded) on each split, record on rank 0."""
-    from runner import dist
-    from runner.evaluate.report import finish_evaluation
-    from runner.evaluate.score import create_eval_loaders, evaluate_nets
-    from runner.models.device import autocast_args, build_model
-    from runner.run.data import checked_with_data
-    from runner.run.processes import configure_torch, torch_threads
-
     d = dist.setup(v.target.accelerator)
     torch_threads(d)
     try:
@@ -223,10 +215,6 @@ def evaluate_main_split(v, state: dict[str, Any], path: Path) -> dict[str, float
     process, logging nothing (runner reproduce --weights)."""
     from torch import nn
 
-    from runner.dist import Dist
-    from runner.evaluate.score import evaluate
-    from runner.loaders import create_loader
-    from runner.models.device import autocast_args, build_model
 
     d = Dist(accelerator=v.target.accelerator)
     loader = create_loader(v, "eval", d)

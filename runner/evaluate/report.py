@@ -8,7 +8,11 @@ from typing import Any
 from rich.markup import escape
 
 from runner import console
+from runner.errors import RunnerError
 from runner.evaluate.sums import Evaluation, class_names, log_evaluation
+from runner.run.record import log_run_inputs, run_params, split_fingerprints
+from runner.tracking import create_tracker, resolve_tracking_uri
+from runner.tracking.store import run_page
 
 PER_CLASS_ROWS = 50      # above this many classes, the per-class table shows the worst and best ones
 CONFUSION_TABLE = 20     # up to this many classes the confusion matrix is printed; above, its most confused pairs
@@ -16,9 +20,6 @@ CONFUSION_TABLE = 20     # up to this many classes the confusion matrix is print
 
 def finish_evaluation(v, d, state: dict[str, Any], weights: Path, results: dict[str, Evaluation]) -> None:
     """Log the evaluation as a new run (tagged and described as the source run's) and print its tables."""
-    from runner.run.record import log_run_inputs, run_params, split_fingerprints
-    from runner.tracking import create_tracker
-
     cfg = v.config
     names = class_names(v.labels, cfg.model.num_classes)
     source = state.get("run_id")
@@ -46,9 +47,6 @@ def description(tracking, source: str | None, weights: Path, state: dict[str, An
     """The run's MLflow description (markdown): which run's weights, with a link to its page."""
     if not source:
         return f"Evaluation of the weights in `{weights}` (step {state.get('step', 0)})."
-    from runner.errors import RunnerError
-    from runner.tracking import resolve_tracking_uri
-    from runner.tracking.store import run_page
 
     try:
         link = f"[{source}]({run_page(resolve_tracking_uri(tracking.uri), source)})"

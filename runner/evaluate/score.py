@@ -6,9 +6,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner.data.eval_splits import extra_splits, split_prefix, split_view
 from runner.dist import Dist, all_sum
 from runner.evaluate.sums import Evaluation
-from runner.loaders import create_loader
+from runner.loaders.loader import create_loader
 from runner.models.device import model_input, predict
 from runner.preview.batches import BatchPreview
 
@@ -68,7 +69,6 @@ def create_eval_loaders(v, d: Dist) -> dict[str, Any]:
     """metric prefix -> eval loader: `eval` for data.eval_split, `eval_NAME` for each of data.eval_splits."""
     import dataclasses
 
-    from runner.data.eval_splits import extra_splits, split_prefix, split_view
 
     views = {"eval": v} | {split_prefix(name): dataclasses.replace(v, loaded=split_view(v.loaded, name))
                            for name in extra_splits(v.config.data)}

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from runner.evaluate.confusion import draw_confusion
+
 # MLflow metric names take letters, digits, _ - . / and spaces
 _UNSAFE = re.compile(r"[^\w\-./ ]")
 
@@ -98,7 +100,6 @@ def log_evaluation(tracker, ev: Evaluation, prefix: str, classes: list[str]) -> 
     import tempfile
     from pathlib import Path
 
-    from runner.evaluate.confusion import draw_confusion
 
     tracker.log_text(ev.to_json(prefix, classes), f"evaluation/{prefix}.json")
     tracker.log_text(ev.per_class_csv(classes), f"evaluation/{prefix}_per_class.csv")

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 
+from runner.errors import ConfigError
+
 PROCESS_CORES = sorted(os.sched_getaffinity(0))  # taken before this module pins anything
 _split: dict[tuple[int, int, int], tuple[list[int], list[int]]] = {}
 
 
 def core_split(reserved: int, local_rank: int, local_world: int, at: dict) -> tuple[list[int], list[int]]:
     """(training cores, DALI cores): this process's slice of the cores, taken once, before any pinning."""
-    from runner.errors import ConfigError
-
     key = (reserved, local_rank, local_world)
     if key not in _split:
         cores = PROCESS_CORES

@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from runner.config.sections import DataConfig, PipelinesConfig
+from runner.config.sections import HYBRID, DataConfig, PipelinesConfig
 from runner.data.paths import split_dir
+from runner.data.scan import check_images
+from runner.data.skips import save_skip_list
 from runner.dist import Dist
+from runner.dsl.compile import build_pipeline, dali_reason
 from runner.errors import ConfigError, DataError, display_path
 from runner.loaders import affinity
-from runner.loaders.dali_plan import HYBRID, pipeline_args
+from runner.loaders.dali_plan import pipeline_args
 
 if TYPE_CHECKING:
     from runner.dsl.compile import PipelineArgs
@@ -168,7 +171,6 @@ def _iterator(data: DataConfig, graph, args: PipelineArgs, target: Dist, folder,
     """DALI's PyTorch iterator over one compiled pipeline: (iterator, reader epoch size, batch size)."""
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-    from runner.dsl.compile import build_pipeline
 
     reserved = data.reserved_cores
     if reserved:
@@ -200,10 +202,6 @@ def raise_for_decode(error: RuntimeError, role: str, folder) -> None:
 
 def decode_failure(error: Exception, role: str, folder) -> DataError:
     """DALI names no file when a decoder fails: find the files that do not decode and list them to skip."""
-    from runner.data.scan import check_images
-    from runner.data.skips import save_skip_list
-    from runner.dsl.compile import dali_reason
-
     reason = dali_reason(error, 4)
     report = check_images(folder, start_method="spawn")  # forking next to DALI's threads can hang
     if not report.bad:

@@ -7,12 +7,23 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.config import LoadedExperiment, PipelineSource
-from runner.config.sections import DataConfig, HybridConfig, PipelinesConfig
+from runner.config.load import LoadedExperiment, PipelineSource
+from runner.config.sections import HYBRID, DataConfig, HybridConfig, PipelinesConfig
 from runner.data.labels import LabelMap
 from runner.data.paths import split_dir
+from runner.data.scan import filter_suffixes
+from runner.data.shardset import find_shard_split, is_shard_split
+from runner.data.skips import labelled_file_list, readable_files, write_file_list
 from runner.data.splits import scan_split_at, train_label_map
-from runner.errors import ConfigError
+from runner.dsl.check import SHARD_READERS, check_graph
+from runner.dsl.checked import OpNode
+from runner.dsl.compile import PipelineArgs
+from runner.dsl.emit import emit_source
+from runner.dsl.parse import parse_pipeline
+from runner.errors import ConfigError, display_path
+from runner.loaders.affinity import PROCESS_CORES
+from runner.loaders.epochs import repeat_indices
+from runner.loaders.slots import slot_views
 from runner.machine import cpu_cores
 
 if TYPE_CHECKING:
@@ -22,7 +33,6 @@ if TYPE_CHECKING:
 # params a pipeline may declare that the runner fills in from the experiment
 BOUND_PARAMS = ("data_root",)
 
-HYBRID = "train.hybrid"  # the graphs key of the train pipeline's copy (pipelines.train.hybrid)
 
 
 def bind_params(source: PipelineSource, data: DataConfig) -> PipelineSource:
@@ -44,9 +54,6 @@ def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, 
                       epoch: int | None = None) -> dict:
     """role -> CheckedGraph for the experiment's pipelines (all of them, or `roles`); a hybrid train pipeline
     adds its copy under HYBRID. With `epoch` and data.repeats, the train reader reads that epoch's own file list."""
-    from runner.dsl.check import check_graph
-    from runner.dsl.parse import parse_pipeline
-
     graphs: dict = {}
     place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
     labels = train_label_map(loaded)
@@ -79,8 +86,6 @@ def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, 
 
 def _placed(graph, as_written, target: Dist, files: str | None, place: dict):
     """The graph checked for this machine: `as_written` (the GPU check) unless the CPU or a file list changes it."""
-    from runner.dsl.check import check_graph
-
     if target.accelerator == "cpu" or files:
         return check_graph(graph, target=target.accelerator, file_list=files, **place)
     return as_written
@@ -117,8 +122,6 @@ def check_hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
 
 def _first_operator(graph):
     """The operator of a checked graph's first step (its reader), or None when that step is arithmetic."""
-    from runner.dsl.checked import OpNode
-
     node = graph.steps[0].node if graph.steps else None
     return node if isinstance(node, OpNode) else None
 
@@ -129,7 +132,6 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
     exist yet."""
     import random
 
-    from runner.data.skips import readable_files, write_file_list
 
     reader = _first_operator(graph)
     given = dict(reader.kwargs) if reader is not None else {}
@@ -156,8 +158,6 @@ def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str 
 def reader_suffixes(graph) -> tuple[str, ...]:
     """The file endings a checked graph's first reader reads (its file_filters, or DALI's defaults; the defaults
     too for no graph, as for a loader other than DALI's)."""
-    from runner.data.scan import filter_suffixes
-
     reader = _first_operator(graph) if graph is not None else None
     filters = dict(reader.kwargs).get("file_filters") if reader is not None else None
     return filter_suffixes(filters.value if filters is not None else None)
@@ -166,9 +166,6 @@ def reader_suffixes(graph) -> tuple[str, ...]:
 def reader_shards(graph) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(shards, indexes) for a readers.webdataset (readers.tfrecord) whose `paths` (`path`) names one folder of
     `runner data shard`'s shards; None for other readers and paths (a list of files is read as written)."""
-    from runner.data.shardset import find_shard_split
-    from runner.dsl.check import SHARD_READERS
-
     reader = _first_operator(graph)
     if reader is None or reader.op.name not in SHARD_READERS:
         return None
@@ -207,13 +204,11 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
     folder = Path(root.value)
     if not folder.is_dir():
         return None  # the reader names it when it starts
-    from runner.data.shardset import is_shard_split
 
     if is_shard_split(folder):
         raise ConfigError(f"{folder} holds WebDataset shards (`runner data shard`), but the {role} pipeline reads "
                           "files with readers.file. Read them with a readers.webdataset pipeline: "
                           f"pipelines.{role}.use=imagenet_{role}_wds.", **loaded.at(f"pipelines.{role}"))
-    from runner.data.skips import labelled_file_list
 
     scan = scan_split_at(loaded, role, folder, reader_suffixes(graph))
     path, _ = labelled_file_list(scan, labels, keep_skipped=not loaded.config.data.skip_bad_files,
@@ -227,8 +222,6 @@ def repeat_file_list(loaded: LoadedExperiment, files: str | None, target: Dist, 
     list when it builds the reader, and ImageNet's are megabytes each."""
     import os
 
-    from runner.data.skips import write_file_list
-    from runner.loaders.epochs import repeat_indices
 
     if files is None:
         raise ConfigError("repeated augmentation deals the train split's files to the processes each epoch, so the "
@@ -253,7 +246,6 @@ def dali_threads(data: DataConfig, target: Dist) -> int:
         return int(data.num_threads)
     slots = max(1, target.slots)  # gradient accumulation: one pipeline per slot, all in this process
     if data.reserved_cores:
-        from runner.loaders.affinity import PROCESS_CORES
 
         return max(1, (len(PROCESS_CORES) // max(1, target.local_world) - data.reserved_cores) // slots)
     return max(1, int(cpu_cores() / max(1, target.local_world) / slots * 0.75))
@@ -267,8 +259,6 @@ def dali_seed(seed: int, rank: int, role: str) -> int:
 def pipeline_args(data: DataConfig, pipelines: PipelinesConfig, role: str, target: Dist, seed: int, *,
                   checkpointing: bool = False) -> PipelineArgs:
     """DALI's Pipeline arguments for `role`: train, eval or HYBRID (the hybrid train pipeline's copy)."""
-    from runner.dsl.compile import PipelineArgs
-
     batch = data.batch_size if role == "train" else (data.eval_batch_size or data.batch_size)
     threads = dali_threads(data, target)
     hybrid = pipelines.train.hybrid
@@ -285,9 +275,6 @@ def pipeline_args(data: DataConfig, pipelines: PipelinesConfig, role: str, targe
 
 def compiled_source(v, role: str) -> str:
     """The role's pipeline (a runner.run.validate.Validated experiment's) as runnable DALI Python."""
-    from runner.dsl.emit import emit_source
-    from runner.errors import display_path
-
     cfg = v.config
     if cfg.data.loader != "dali":
         raise ConfigError(f"data.loader is '{cfg.data.loader}': this experiment has no DALI pipeline to "
@@ -298,7 +285,6 @@ def compiled_source(v, role: str) -> str:
     origin = display_path(v.loaded.path) + (f" with {' '.join(v.loaded.overrides)}" if v.loaded.overrides else "")
     target, graph = v.target, v.graphs[role]
     if role != "eval" and v.accumulation > 1:  # each reader slot is a shard of processes x accumulation: slot 0's
-        from runner.loaders.slots import slot_views
 
         target = slot_views(v.target, v.accumulation)[0]
         graph = checked_pipelines(v.loaded, target, roles=("train",))[role]

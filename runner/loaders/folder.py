@@ -9,11 +9,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
+from runner.data.labels import extra_classes, extra_classes_error
 from runner.data.paths import split_dir
+from runner.data.skips import skipped_files
 from runner.data.splits import train_label_map
 from runner.dist import Dist
 from runner.errors import DataError, display_path
 from runner.loaders.epochs import repeat_indices
+from runner.loaders.transforms import build_transforms
 from runner.machine import cpu_cores
 
 
@@ -31,8 +34,6 @@ def load_rgb(path: str):
 def label_by_name(dataset, labels, at: dict) -> None:
     """Relabel an ImageFolder's samples by class name from the train split's map (data.labels): ImageFolder
     numbers a split's classes by their place among its own class folders."""
-    from runner.data.labels import extra_classes, extra_classes_error
-
     folder = Path(dataset.root)
     extra = extra_classes(labels, folder, tuple(dataset.classes))
     if extra:
@@ -45,8 +46,6 @@ def label_by_name(dataset, labels, at: dict) -> None:
 
 def _skip_listed(dataset, folder) -> int:
     """Drop the files `runner data check` listed for this split (as the DALI loader does)."""
-    from runner.data.skips import skipped_files
-
     skipped, _ = skipped_files(folder)
     if not skipped:
         return 0
@@ -133,7 +132,6 @@ class FolderLoader:
     def create(cls, v, role: str, target: Dist, *, state: Any = None) -> FolderLoader:
         from torchvision.datasets import ImageFolder
 
-        from runner.loaders.transforms import build_transforms
 
         cfg, device = v.config.data, target.device
         tv = cfg.torchvision

@@ -7,8 +7,7 @@ process accumulating two batches sees, in each optimizer step, the batches two p
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from runner.dist import Dist
 from runner.errors import ConfigError
@@ -16,7 +15,7 @@ from runner.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-    from runner.config import LoadedExperiment
+    from runner.config.load import LoadedExperiment
 
 
 def global_batch(cfg, world: int) -> int:
@@ -64,56 +63,3 @@ class MicroBatch(NamedTuple):
     labels: torch.Tensor
 
 
-class SlotLoader:
-    """A process's train loaders, one per slot, read in turn: every step yields one MicroBatch per slot.
-
-    Every slot's epoch has the same number of batches (the loaders size an epoch by their shard count, not by the
-    shard), so all of them end, drain and reset together."""
-
-    role = "train"
-
-    def __init__(self, loaders: list, slots: list[int]):
-        self.loaders, self.slots = loaders, slots
-        self.steps_per_epoch = loaders[0].steps_per_epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Before epoch `epoch` (from 0): loaders whose input changes with the epoch (loaders.epochs) take it."""
-        for loader in self.loaders:
-            if hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
-
-    def epoch(self, start_batch: int = 0) -> Iterator[list[MicroBatch]]:
-        epochs = [loader.epoch(start_batch) for loader in self.loaders]
-        while True:
-            batches = [next(e, None) for e in epochs]  # every one to its end: each resets its reader there
-            if any(b is None for b in batches):
-                return
-            yield [MicroBatch(slot, *b) for slot, b in zip(self.slots, batches)]
-
-    def part_waits(self) -> dict[str, float]:
-        """Seconds spent waiting for each pipeline of a hybrid loader, over the slots; {} without one."""
-        total: dict[str, float] = {}
-        for loader in self.loaders:
-            for name, seconds in getattr(loader, "part_waits", dict)().items():
-                total[name] = total.get(name, 0.0) + seconds
-        return total
-
-    def state(self) -> Any:
-        """The reader positions: the one loader's state as it is without accumulation, else one per slot."""
-        states = [loader.state() for loader in self.loaders]
-        return states[0] if len(states) == 1 else {"slots": states}
-
-    def close(self) -> None:
-        for loader in self.loaders:
-            loader.close()
-
-
-def create_train_loader(v, d: Dist, accumulation: int, *, state: Any = None,
-                        checkpointing: bool = False) -> SlotLoader:
-    """The train loaders of process `d`'s slots (create_loader with each slot's view), from a checkpoint's `state`."""
-    from runner.loaders import create_loader
-
-    views = slot_views(d, accumulation)
-    states = state["slots"] if accumulation > 1 and state is not None else [state] * len(views)
-    loaders = [create_loader(v, "train", view, state=s, checkpointing=checkpointing) for view, s in zip(views, states)]
-    return SlotLoader(loaders, [view.rank for view in views])

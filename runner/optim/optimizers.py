@@ -8,28 +8,38 @@ from __future__ import annotations
 import fnmatch
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from runner.config.sections import OptimizerConfig
 from runner.errors import ConfigError, did_you_mean
+from runner.files import facts_key, installed_version, kept_facts
 
 # runner's own keys that reach the optimizer's constructor when it takes them; the rest go through optimizer.kwargs
 COMMON_ARGS = ("momentum", "nesterov", "betas", "eps")
 COMMON_OPTIMIZERS = ("sgd", "momentum", "adamw", "lamb", "lars", "lion", "rmsproptf", "adafactor")
 
 
-def optimizer_names(pattern: str | None = None) -> list[str]:
-    """The optimizers timm.optim's factory builds (optimizer.name), optionally those matching `pattern`."""
+@dataclass(frozen=True)
+class OptimizerInfo:
+    description: str                 # timm's words for it
+    parameters: frozenset[str] | None  # its constructor's keyword arguments; None: not buildable here
+
+
+def optimizer_infos() -> dict[str, OptimizerInfo]:
+    """timm.optim's optimizers by name: read from timm once per installed version, then from runner's cache, so that
+    checking optimizer.name does not import timm (seconds: it imports torchvision)."""
+    key = facts_key(installed_version("timm") or "no timm", installed_version("torch") or "", sources=(__file__,))
+    return kept_facts("timm-optimizers", key, _read_optimizer_infos)
+
+
+def _read_optimizer_infos() -> dict[str, OptimizerInfo]:
     import timm.optim
 
-    names = timm.optim.list_optimizers()
-    if not pattern:
-        return names
-    if any(c in pattern for c in "*?["):
-        return [n for n in names if fnmatch.fnmatchcase(n, pattern)]
-    return [n for n in names if pattern in n]
+    return {name: OptimizerInfo(timm.optim.get_optimizer_info(name).description, _constructor_parameters(name))
+            for name in timm.optim.list_optimizers()}
 
 
-def optimizer_parameters(name: str) -> set[str] | None:
+def _constructor_parameters(name: str) -> frozenset[str] | None:
     """The keyword arguments optimizer `name`'s constructor takes; None for one this machine cannot build (timm's
     apex and bitsandbytes optimizers need those packages and CUDA)."""
     import timm.optim
@@ -40,7 +50,23 @@ def optimizer_parameters(name: str) -> set[str] | None:
             cls = timm.optim.get_optimizer_class(name, bind_defaults=False)
         except (AssertionError, ImportError):
             return None
-    return set(inspect.signature(cls).parameters) - {"params", "self"}
+    return frozenset(inspect.signature(cls).parameters) - {"params", "self"}
+
+
+def optimizer_names(pattern: str | None = None) -> list[str]:
+    """The optimizers timm.optim's factory builds (optimizer.name), optionally those matching `pattern`."""
+    names = list(optimizer_infos())
+    if not pattern:
+        return names
+    if any(c in pattern for c in "*?["):
+        return [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    return [n for n in names if pattern in n]
+
+
+def optimizer_parameters(name: str) -> set[str] | None:
+    """The keyword arguments optimizer `name`'s constructor takes; None for one this machine cannot build."""
+    takes = optimizer_infos()[name].parameters
+    return None if takes is None else set(takes)
 
 
 def check_optimizer(cfg: OptimizerConfig, model_name: str, at: Callable[[str], dict]) -> None:

@@ -14,6 +14,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runner.config.sections import HYBRID
+from runner.dist import Dist
+from runner.loaders.dali_plan import hybrid_batches
+from runner.loaders.epochs import resolution_at
+from runner.loaders.transforms import build_transforms
 from runner.preview.grid import Denorm, captions, display_pixels, draw_grid, graph_denorm, png_bytes, transforms_denorm
 
 if TYPE_CHECKING:
@@ -23,7 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PIPELINES = ("train", "eval", "train.hybrid")  # runner preview --pipeline; the last is dali_plan.HYBRID
 LAUNCH_IMAGES = 16                             # images of each batch a launch draws
 ARTIFACT_DIR = "preview"                       # preview/train.png, preview/eval.png
 
@@ -34,13 +38,10 @@ ARTIFACT_DIR = "preview"                       # preview/train.png, preview/eval
 def batch_denorms(v, pipeline: str) -> list[tuple[int | None, Denorm]]:
     """(images, Denorm) for each part of a batch of `pipeline` in order; None: the rest of the batch. A hybrid
     train batch is [written | copy], and the copy may normalise differently."""
-    from runner.loaders.dali_plan import HYBRID, hybrid_batches
-
     cfg = v.config
     if cfg.data.loader == "synthetic":
         return [(None, Denorm(stretch=True, source="random tensors"))]
     if cfg.data.loader == "torchvision":
-        from runner.loaders.transforms import build_transforms
 
         train_tf, eval_tf = build_transforms(cfg.data.torchvision, v.loaded.locate)
         return [(None, transforms_denorm(train_tf if pipeline == "train" else eval_tf))]
@@ -57,27 +58,11 @@ def class_names(v) -> tuple[str, ...] | None:
     return v.labels.classes if v.labels is not None else None
 
 
-def mixed_train_batch(v, images: torch.Tensor, labels: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The train batch as training mixes it (pipelines.train.mix) at optimizer step `step` on slot 0, for
-    `runner preview --pipeline train`: (images, targets), targets the labels (N,) or, when mixed, the soft targets
-    (N, C) that `captions` reads."""
-    from runner.augment.mix import Mixer
-
-    mixer = Mixer.for_experiment(v.config)
-    if mixer is None:
-        return images, labels
-    mixed = mixer(images, labels, slot=0, step=step)
-    return mixed.images, mixed.targets
-
-
 # ---------------------------------------------------------------------------------------------- drawing
-
 
 
 def epoch_side(v, pipeline: str, epoch: int) -> str | None:
     """'epoch 3: train side 48 px (pipelines.train.resolution)' for a train pipeline on a resolution schedule."""
-    from runner.loaders.epochs import resolution_at
-
     r = v.config.pipelines.train.resolution
     if r is None or not pipeline.startswith("train"):
         return None
@@ -107,55 +92,6 @@ def render(v, pipeline: str, pixels: np.ndarray, targets: torch.Tensor, batch: i
 
 
 # ------------------------------------------------------------------------------------------- the loaders
-
-def preview_dist(v) -> Dist:
-    """Rank 0 of the run the experiment plans: its shard, its seeds, its device (the CPU without a GPU)."""
-    from runner.dist import Dist
-
-    t = v.target
-    return Dist(accelerator=t.accelerator, world=t.world, local_world=t.local_world)
-
-
-def create_preview_loader(v, pipeline: str, d: Dist):
-    """The loader training builds for `pipeline` on rank `d`; for HYBRID, the copy's pipeline alone."""
-    from runner.loaders import create_loader
-    from runner.loaders.dali_plan import HYBRID
-
-    if pipeline != HYBRID:
-        return create_loader(v, pipeline, d, feeds_model=False)
-    from runner.loaders.dali import DaliLoader
-    from runner.loaders.dali_plan import checked_pipelines
-
-    cfg = v.config
-    graphs = checked_pipelines(v.loaded, d, roles=("train",))
-    return DaliLoader.create(cfg.data, cfg.pipelines, graphs, "train", d, seed=cfg.seed, at=v.loaded.at,
-                             parts=(HYBRID,), feeds_model=False)
-
-
-def preview_png(v, pipeline: str, n: int, epoch: int = 1) -> tuple[bytes, int]:
-    """The first `n` images `pipeline` yields on rank 0 in `epoch` (from 1; fewer when the epoch has fewer), as a
-    PNG grid; returns (png, images drawn)."""
-    import torch
-
-    loader = create_preview_loader(v, pipeline, preview_dist(v))
-    if hasattr(loader, "set_epoch"):  # a train pipeline on a resolution schedule, or with repeats
-        loader.set_epoch(epoch - 1)
-    parts = batch_denorms(v, pipeline)
-    pixels, targets, batch = [], [], 0
-    try:
-        for k, (x, y) in enumerate(loader.epoch()):
-            if pipeline == "train":
-                x, y = mixed_train_batch(v, x, y, step=k)
-            batch = batch or len(x)
-            room = n - sum(map(len, pixels))
-            pixels.append(display_pixels(x[:room], parts))  # per batch: a hybrid's parts repeat in each
-            targets.append(y[:room].cpu())
-            if room <= len(x):
-                break
-    finally:
-        loader.close()
-    drawn = np.concatenate(pixels)
-    return render(v, pipeline, drawn, torch.cat(targets), batch, epoch), len(drawn)
 
 
 class BatchPreview:

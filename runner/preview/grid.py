@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runner.dsl.checked import Lit, OpNode, Stream
+
 if TYPE_CHECKING:
     import torch
     from PIL import Image
@@ -60,8 +62,6 @@ def graph_denorm(checked) -> Denorm:
     """The normalisation of a checked DALI graph's image output: the crop_mirror_normalize or normalize step
     that makes it (followed back through steps that only move it, such as a transpose), its mean and std as
     written (DALI's are in the input's units: 0-255 for decoded images)."""
-    from runner.dsl.checked import Lit, OpNode, Stream
-
     wanted = checked.outputs[0].name
     for s in reversed(checked.steps):
         if wanted not in s.step.targets:

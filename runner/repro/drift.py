@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.tracking.store import RunRecord
+from runner.data.labels import parse_label_map
+from runner.data.manifest import run_params
+from runner.data.paths import split_dir
+from runner.data.scan import fingerprint
+from runner.errors import DataError
+from runner.loaders.dali_plan import reader_suffixes
+from runner.machine import cpu_cores, gpu_info
+from runner.run import runinfo
+from runner.run.record import LABEL_MAP_ARTIFACT
+from runner.tracking.store import RunRecord, read_artifact
 
 VERSION_LABELS = {"version.torch_cuda": "CUDA (torch build)", "version.dali": "DALI", "version.cudnn": "cuDNN",
                   "runner.python": "python"}
@@ -25,9 +34,6 @@ class Difference:
 
 def machine_differences(run: RunRecord, v) -> list[Difference]:
     """Versions, GPU, code and process layout that differ between the run and this machine."""
-    from runner.machine import gpu_info
-    from runner.run import runinfo
-
     here = {("runner.python" if k == "python" else k): val for k, val in runinfo.versions().items()}
     out = _compare(run.tags, here, sorted({k for k in (*run.tags, *here) if k.startswith("version.")}
                                           | {"runner.python"}), VERSION_LABELS, "versions")
@@ -46,8 +52,6 @@ def machine_differences(run: RunRecord, v) -> list[Difference]:
 
 def cpu_threads(v) -> int:
     """The intra-op thread count launch.torch_threads gives each CPU process on this machine."""
-    from runner.machine import cpu_cores
-
     return max(1, cpu_cores() // max(1, v.processes))
 
 
@@ -79,11 +83,6 @@ def logged_fingerprint(run: RunRecord, role: str) -> dict[str, str] | None:
 
 def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
     """This machine's fingerprint of what `role` would read, a reason it has none, or None (no files read)."""
-    from runner.data.paths import split_dir
-    from runner.data.scan import fingerprint
-    from runner.errors import DataError
-    from runner.loaders.dali_plan import reader_suffixes
-
     if v.config.data.loader == "synthetic" or (role == "eval" and "eval" not in v.graphs
                                                and v.config.data.loader == "dali"):
         return None
@@ -153,9 +152,6 @@ def cache_differences(run: RunRecord, v) -> list[Difference]:
     """For each split that the run or this machine reads from a cache (`runner data cache`): its settings, encoder
     and source, when they differ. Two caches made alike from the same source hold the same images even where
     their folders differ (another path; another Pillow writes other bytes, which the data row shows)."""
-    from runner.data.manifest import run_params
-    from runner.data.paths import split_dir
-
     out = []
     for role in ("train", "eval"):
         before = logged_cache(run.params, role)
@@ -169,10 +165,6 @@ def cache_differences(run: RunRecord, v) -> list[Difference]:
 def label_differences(run: RunRecord, v) -> list[Difference]:
     """The train split's class names -> labels here against the run's `label_map.json`: one row for the classes
     missing here, one for those only here, one for those numbered differently."""
-    from runner.data.labels import parse_label_map
-    from runner.run.record import LABEL_MAP_ARTIFACT
-    from runner.tracking.store import read_artifact
-
     text = read_artifact(run.uri, run.run_id, LABEL_MAP_ARTIFACT) if v.labels is not None else None
     if text is None:
         return []

@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import console
+from runner.repro.compare import chart, group_table, lead_line, legend, load_compared, markdown, run_table
+from runner.repro.groups import SEED_PARAMS, differing_params, group_runs, grouping_keys, varying_within
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,6 @@ class Report:
     closing: str
 
     def markdown(self) -> str:
-        from runner.repro.compare import markdown
-
         return "\n".join([self.title, "", *(f"- {n}" for n in self.notes), "",
                           markdown(self.run_columns, self.run_rows), markdown(self.group_columns, self.group_rows),
                           self.closing, ""])
@@ -36,9 +36,6 @@ class Report:
 def build_report(runs: list, group_by: list[str] | None = None, notes: Sequence[str] = ()) -> Report:
     """The groups of `runs` and their statistics; `group_by` None groups by every differing param except the
     seeds. `notes` come first (e.g. how many of a sweep's children are still running)."""
-    from runner.repro.compare import group_table, lead_line, legend, load_compared, run_table
-    from runner.repro.groups import group_runs, grouping_keys, varying_within
-
     keys = grouping_keys(runs, group_by)
     compared = load_compared(runs)
     groups = group_runs(compared, keys)
@@ -72,8 +69,6 @@ def print_report(report: Report) -> None:
 
 def write_report(report: Report, out: Path) -> tuple[Path, Path]:
     """out/compare.png (the groups' mean curves) and out/compare.md (the tables)."""
-    from runner.repro.compare import chart
-
     out.mkdir(parents=True, exist_ok=True)
     png = chart(report.groups, out / "compare.png", report.title)
     md = out / "compare.md"
@@ -94,8 +89,6 @@ def show(runs: list, out: Path | None, group_by: list[str] | None = None, notes:
 
 def heading(runs: list, keys: list[str], groups: int) -> str:
     """'6 runs of tiny in 2 groups, by pipelines.train.use' (or ': only seeds differ', ': no params differ')."""
-    from runner.repro.groups import SEED_PARAMS, differing_params
-
     experiments = ", ".join(sorted({r.experiment for r in runs}))
     head = f"{len(runs)} run{'s' if len(runs) != 1 else ''} of {experiments} in {groups} group{'s' if groups != 1 else ''}"
     if keys:

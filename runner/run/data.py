@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 from runner import console
+from runner.data.eval_splits import check_eval_splits
 from runner.data.paths import synth_dir
+from runner.data.splits import check_split_sizes, scan_split
+from runner.data.synth import generate_synthetic
+from runner.loaders.dali_plan import reader_suffixes
+from runner.progress import progress_bar
+from runner.run.validate import with_data
 
 
 def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
@@ -12,8 +18,6 @@ def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
     if cfg.loader == "synthetic":
         return
     if cfg.root is None:
-        from runner.data.synth import generate_synthetic
-        from runner.progress import progress_bar
 
         root, s = synth_dir(cfg.synth), cfg.synth
         if not quiet:
@@ -25,8 +29,6 @@ def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
                                progress=None if quiet else progress)
         check_extra_eval_splits(v, quiet=quiet)
         return
-    from runner.data.splits import check_split_sizes, scan_split
-    from runner.loaders.dali_plan import reader_suffixes
 
     suffixes = {}
     for role in ("train", "eval") if train else ("eval",):
@@ -41,9 +43,6 @@ def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
 
 def check_extra_eval_splits(v, *, quiet: bool) -> None:
     """data.eval_splits checked as the eval split is; the classes a split has no folder for, said once."""
-    from runner.data.eval_splits import check_eval_splits
-    from runner.loaders.dali_plan import reader_suffixes
-
     for text in check_eval_splits(v.loaded, v.target.world, reader_suffixes(v.graphs.get("eval"))):
         if not quiet:
             console.note(text)
@@ -51,8 +50,6 @@ def check_extra_eval_splits(v, *, quiet: bool) -> None:
 
 def checked_with_data(v, *, quiet: bool = False):
     """validate.with_data, saying its notes when it made them (the data was generated after validation)."""
-    from runner.run.validate import with_data
-
     checked = with_data(v)
     if checked is not v and not quiet:
         for text in checked.label_notes:

@@ -6,16 +6,23 @@ from pathlib import Path
 
 from runner import console
 from runner.config.frozen import as_logged
+from runner.data import manifest
+from runner.data.manifest import stale_source_note
 from runner.data.paths import split_dir
+from runner.data.scan import fingerprint
+from runner.loaders.dali_plan import compiled_source, reader_suffixes
+from runner.loaders.slots import check_accumulation
+from runner.run import runinfo
+from runner.run.snapshot import pipeline_files
+from runner.tracking import data_input, flatten
+from runner.tracking.logged_model import log_logged_model
+from runner.weights.kept import INDEX
 
 LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
 
 
 def split_fingerprints(v) -> dict[str, tuple[Path, dict]]:
     """role -> (split folder, fingerprint) of the folders the run's readers read (none when synthetic)."""
-    from runner.data.scan import fingerprint
-    from runner.loaders.dali_plan import reader_suffixes
-
     if v.config.data.loader == "synthetic":
         return {}
     found = {}
@@ -28,8 +35,6 @@ def split_fingerprints(v) -> dict[str, tuple[Path, dict]]:
 
 def stale_cache_notes(fingerprints: dict[str, tuple[Path, dict]]) -> None:
     """Say when a split the run reads is a cache whose source, on this machine, has changed since it was built."""
-    from runner.data.manifest import stale_source_note
-
     for folder, _ in fingerprints.values():
         note = stale_source_note(folder)
         if note:
@@ -38,11 +43,6 @@ def stale_cache_notes(fingerprints: dict[str, tuple[Path, dict]]) -> None:
 
 def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None = None) -> dict[str, str]:
     """The flattened resolved config, plus seeds and the dataset fingerprint: the run's params."""
-    from runner.data import manifest
-    from runner.loaders.slots import check_accumulation
-    from runner.run import runinfo
-    from runner.tracking import flatten
-
     accumulation = check_accumulation(v.loaded, world)
     extra = {"trainer.accumulation": accumulation, **runinfo.seeds(v.config, world * accumulation)}  # seeds per slot
     if v.labels is not None:
@@ -55,8 +55,6 @@ def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None 
 
 def split_inputs(v, fingerprints: dict[str, tuple[Path, dict]]) -> list:
     """The splits the run reads as MLflow dataset inputs: "training", and "eval" when it evaluates."""
-    from runner.tracking import data_input
-
     evaluates = v.config.trainer.eval_every_n_epochs and not (
         v.config.pipelines.eval is None and v.config.data.loader == "dali")
     inputs = []
@@ -75,8 +73,6 @@ def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, d
     needs."""
     from omegaconf import OmegaConf
 
-    from runner.loaders.dali_plan import compiled_source
-    from runner.run import runinfo
 
     tracker.set_tags(runinfo.run_tags(v, world))
     for data in split_inputs(v, fingerprints):
@@ -86,7 +82,6 @@ def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, d
         tracker.log_text(v.labels.to_json(), LABEL_MAP_ARTIFACT)
     for role in v.graphs:
         tracker.log_text(compiled_source(v, role), f"pipelines/{role}_pipeline.py")
-    from runner.run.snapshot import pipeline_files
 
     for name, text in pipeline_files(v.loaded).items():  # the `use:` files, so a re-run needs no checkout
         tracker.log_text(text, name)
@@ -96,8 +91,6 @@ def log_model(v, uri: str, run_id: str, checkpoint: Path | None) -> None:
     """The run's LoggedModel, pointing at its best (else last) checkpoint in the store: MLflow's Models column."""
     from omegaconf import OmegaConf
 
-    from runner.tracking.logged_model import log_logged_model
-    from runner.weights.kept import INDEX
 
     index_file = checkpoint.parent / INDEX if checkpoint else None
     if index_file is None or not index_file.is_file():

@@ -7,12 +7,14 @@ from pathlib import Path
 
 from runner import console
 from runner.errors import DataError, RunnerError
+from runner.tracking import resolve_tracking_uri
+from runner.tracking.store import get_run
+from runner.weights import checkpoint
+from runner.weights.store import restore_last_checkpoint
 
 
 def load_resume(v, resume: str, world: int) -> dict:
     """The checkpoint --resume names, refused if the experiment's settings do not fit it."""
-    from runner.weights import checkpoint
-
     path = resolve_resume(v, resume)
     state = checkpoint.load(path)
     checkpoint.check_resumable(state, path, checkpoint.fixed_settings(v, world))
@@ -24,8 +26,6 @@ AUTO_RESUME = "auto"  # --resume auto: the latest checkpoint if there is one, el
 
 def auto_resume(v) -> str | None:
     """The experiment's latest checkpoint under trainer.checkpoint_dir, said; None (a fresh start) when it has none."""
-    from runner.weights import checkpoint
-
     found = checkpoint.find_latest(v.config.trainer.checkpoint_dir, v.config.name)
     if found is None:
         return None
@@ -36,8 +36,6 @@ def auto_resume(v) -> str | None:
 
 def resolve_resume(v, resume: str) -> Path:
     """--resume PATH | RUN_ID | last -> a checkpoint file."""
-    from runner.weights import checkpoint
-
     tc = v.config.trainer
     path = Path(resume)
     if path.is_file():
@@ -66,8 +64,6 @@ RUN_ID = re.compile(r"[0-9a-f]{6,32}")  # an MLflow run id, or the start of one
 
 def logged_to(v) -> str | None:
     """The tracking store this experiment's runs log to; None with tracking off."""
-    from runner.tracking import resolve_tracking_uri
-
     tracking = v.config.tracking
     return resolve_tracking_uri(tracking.uri, v.loaded.at("tracking.uri")) if tracking.enabled else None
 
@@ -77,10 +73,6 @@ def fetch_checkpoint(v, run_id: str, uri: str, *, missing_ok: bool = False) -> P
     checkpoints (with the store's checkpoint index), for a resume on a machine that does not have it. Where the
     store lacks the run or the run logged no checkpoint: None with `missing_ok`, else RunnerError / DataError. A
     download that fails raises either way."""
-    from runner.tracking.store import get_run
-    from runner.weights import checkpoint
-    from runner.weights.store import restore_last_checkpoint
-
     try:
         run_id = get_run(uri, run_id).run_id
     except RunnerError:

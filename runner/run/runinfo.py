@@ -10,6 +10,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from runner.config.frozen import config_digest
+from runner.data import manifest
+from runner.data.paths import split_dir
+from runner.loaders.dali_plan import dali_seed
+from runner.machine import cpu_cores, gpu_info
+
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 CODE_PATTERNS = ("*.py", "*.yaml", "*.yml")  # untracked files that change what a run does
 
@@ -73,16 +79,12 @@ def versions() -> dict[str, str]:
 def run_tags(v, world: int) -> dict[str, str]:
     """Tags logged with every run: code, versions, machine, GPUs, layout, and the digest of the setting it trains
     (config_sha256: the same for runs of one setting wherever they are kept; runner.config.frozen)."""
-    from runner.config.frozen import config_digest
-    from runner.machine import gpu_info
-
     cfg = v.config
     tags = {"host": socket.gethostname(), "platform": platform.platform(), "accelerator": v.target.accelerator,
             "world_size": str(world), "loader": cfg.data.loader, "experiment_file": str(v.loaded.path),
             "overrides": shlex.join(v.loaded.overrides), "config_sha256": config_digest(v.loaded.resolved)}
     import torch
 
-    from runner.machine import cpu_cores
 
     tags["torch_threads"] = str(torch.get_num_threads())  # CPU results depend on it (docs/reproducibility.md)
     tags["cpu_cores"] = str(cpu_cores())
@@ -98,9 +100,6 @@ def run_tags(v, world: int) -> dict[str, str]:
 
 def _cache_tags(v) -> dict[str, str]:
     """`data.ROLE_cache`: what `runner data cache` made of the data a role reads, when it reads a cache."""
-    from runner.data import manifest
-    from runner.data.paths import split_dir
-
     if v.config.data.loader == "synthetic":
         return {}
     return manifest.run_tags({role: split_dir(v.config.data, role) for role in ("train", "eval")})
@@ -108,8 +107,6 @@ def _cache_tags(v) -> dict[str, str]:
 
 def seeds(cfg, world: int) -> dict[str, Any]:
     """Every seed a run uses (see loaders.dali_plan.pipeline_args and dsl.check for where they go)."""
-    from runner.loaders.dali_plan import dali_seed
-
     return {"seed.torch": cfg.seed, "seed.reader_shuffle": cfg.seed,
             "seed.dali_train": [dali_seed(cfg.seed, r, "train") for r in range(world)],
             "seed.dali_eval": [dali_seed(cfg.seed, r, "eval") for r in range(world)]}

@@ -23,9 +23,8 @@ from typing import Any
 
 import yaml
 
-from runner.config import LoadedExperiment, load_experiment
 from runner.config.frozen import as_logged
-from runner.config.load import find_pipeline, is_pipeline_path, pipeline_search_path
+from runner.config.load import LoadedExperiment, find_pipeline, is_pipeline_path, load_experiment, pipeline_search_path
 from runner.errors import ConfigError, RunnerError
 from runner.loaders.dali_plan import BOUND_PARAMS
 from runner.tracking.store import RunRecord, logged_config, read_artifact

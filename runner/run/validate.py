@@ -5,18 +5,20 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.config import LoadedExperiment, load_experiment
-from runner.config.load import schedule_notes
+from runner.config.load import LoadedExperiment, load_experiment, schedule_notes
 from runner.data.eval_splits import check_split_names
 from runner.data.labels import LabelMap
 from runner.data.splits import check_caches, check_labels
 from runner.dist import Dist
 from runner.loaders.dali_plan import checked_pipelines
+from runner.loaders.epochs import check_epoch_plan
 from runner.loaders.slots import accumulation_note, check_accumulation
+from runner.loaders.transforms import check_transforms
 from runner.machine import processes_per_node, resolve_accelerator
 from runner.models.zoo import check_model
 from runner.optim.optimizers import check_optimizer
 from runner.optim.schedules import SCHEDULES
+from runner.tracking import resolve_tracking_uri
 
 
 @dataclass(frozen=True)
@@ -42,14 +44,11 @@ def check_names(loaded: LoadedExperiment) -> None:
     check_optimizer(cfg.optimizer, cfg.model.name, loaded.at)
     SCHEDULES.get(cfg.scheduler.name, **loaded.at("scheduler.name"))
     if cfg.tracking.enabled:
-        from runner.tracking import resolve_tracking_uri
 
         resolve_tracking_uri(cfg.tracking.uri, loaded.at("tracking.uri"))
-    from runner.loaders.epochs import check_epoch_plan
 
     check_epoch_plan(loaded)
     if cfg.data.loader == "torchvision":
-        from runner.loaders.transforms import check_transforms
 
         check_transforms(cfg.data.torchvision, loaded.locate)
 

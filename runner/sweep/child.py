@@ -6,7 +6,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from runner.sweep.landing import land_quietly
 from runner.sweep.status import CHILD_TAG
+from runner.tracking.parent import supersede
+from runner.tracking.store import find_runs
 
 log = logging.getLogger("runner.sweep")
 
@@ -17,9 +20,6 @@ def sweep_parent(tags: Mapping[str, str]) -> str | None:
 
 
 def on_fresh_start(uri: str, run_id: str, tags: Mapping[str, str]) -> None:
-    from runner.tracking.parent import supersede
-    from runner.tracking.store import find_runs
-
     parent = sweep_parent(tags)
     if parent is None or run_id.startswith("local-"):
         return
@@ -32,8 +32,6 @@ def on_fresh_start(uri: str, run_id: str, tags: Mapping[str, str]) -> None:
 
 
 def on_end(uri: str, tags: Mapping[str, str]) -> None:
-    from runner.sweep.landing import land_quietly
-
     parent = sweep_parent(tags)
     if parent is not None:
         land_quietly(uri, parent)

@@ -8,11 +8,14 @@ from collections.abc import Callable
 
 from runner import console
 from runner.config.sections import LauncherConfig
-from runner.sweep.local import LocalLauncher, Slot
+from runner.machine import cpu_core_ids, visible_gpu_ids
+from runner.sweep.local import LocalLauncher, Slot, plan_slots
 from runner.sweep.plan import ChildPlan, SweepPlan
-from runner.sweep.status import ChildStatus, Live, newest_attempts, sweep_status
+from runner.sweep.slurm import live
+from runner.sweep.status import FAILED, STOPPED, ChildStatus, Live, newest_attempts, sweep_status
 from runner.sweep.table import SweepView
-from runner.tracking.store import RunRecord
+from runner.tracking.parent import set_run_tags
+from runner.tracking.store import RunRecord, find_runs
 
 POLL_S = 0.5         # processes and the table
 RUNS_EVERY_S = 5.0   # the children's runs in the store (loss, top-1, status)
@@ -32,7 +35,6 @@ class Runs:
         if self.uri is None or self.parent_id is None:
             return {}
         if now or time.monotonic() - self.read_at >= RUNS_EVERY_S:
-            from runner.tracking.store import find_runs
 
             try:
                 self.last = newest_attempts(find_runs(self.uri, parent=self.parent_id, limit=10_000))
@@ -97,8 +99,6 @@ def follow_slurm(plan: SweepPlan, view: SweepView, runs: Runs, on_end: Callable[
         list[ChildStatus], bool]:
     """Follow the submitted children until SLURM holds none; a Ctrl-C leaves them running. Returns the statuses
     and whether the sweep was left (detached) before its end."""
-    from runner.sweep.slurm import live
-
     holding: set[int] = set()
     with StopSignals() as stop:
         while True:
@@ -123,9 +123,6 @@ def follow_slurm(plan: SweepPlan, view: SweepView, runs: Runs, on_end: Callable[
 def end_abandoned_runs(plan: SweepPlan, statuses: list[ChildStatus]) -> None:
     """A child killed outright (SIGKILL, a lost node) could not end its run: the store would show it running. Its
     exit record says how it ended; the run says so too (KILLED, or FAILED), and a resume sets it running again."""
-    from runner.sweep.status import FAILED, STOPPED
-    from runner.tracking.parent import set_run_tags
-
     for s in statuses:
         if s.state in (STOPPED, FAILED) and s.run is not None and s.run.status == "RUNNING" and plan.uri:
             try:
@@ -135,9 +132,6 @@ def end_abandoned_runs(plan: SweepPlan, statuses: list[ChildStatus]) -> None:
 
 
 def launcher_slots(launcher: LauncherConfig, at) -> list[Slot]:
-    from runner.machine import cpu_core_ids, visible_gpu_ids
-    from runner.sweep.local import plan_slots
-
     return plan_slots(launcher, visible_gpu_ids(), cpu_core_ids(), at)
 
 

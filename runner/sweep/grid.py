@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 
 from runner.errors import ConfigError, RunnerError
+from runner.run.validate import validate
 
 _OPEN, _CLOSE = "[{(", "]})"
 
@@ -105,8 +106,6 @@ def check_grid(experiment: str, plain: list[str], axes: list[Axis], children: li
     """Validate every child before any runs (for the machine the children run on: this one, or `accelerator` with
     `processes` per node); an error names the sweep item it came from. Returns, per child, its Validated or its
     error: one child's mistake does not hold up the rest, but a mistake every child shares is raised."""
-    from runner.run.validate import validate
-
     items = {f"command line '{a.key}={v}'": a.item for a in axes for v in a.values}
     checked: list = []
     for child in children:

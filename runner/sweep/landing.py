@@ -12,6 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.errors import RunnerError
+from runner.repro.report import build_report, write_report
 from runner.sweep.status import (
     CHILD_TAG,
     DONE,
@@ -23,7 +25,8 @@ from runner.sweep.status import (
     counts_line,
     newest_attempts,
 )
-from runner.tracking.store import RunRecord
+from runner.tracking.parent import log_sweep_results
+from runner.tracking.store import RunRecord, find_runs, get_run
 
 log = logging.getLogger("runner.sweep")
 
@@ -68,8 +71,6 @@ def is_sweep_parent(run: RunRecord) -> bool:
 
 
 def read_landed(uri: str, parent: RunRecord) -> Landed:
-    from runner.tracking.store import find_runs
-
     children = find_runs(uri, parent=parent.run_id, limit=10_000)
     invalid = tuple(int(i) for i in parent.tags.get(INVALID_TAG, "").split(",") if i.isdigit())
     return Landed(parent=parent, total=int(parent.params.get("sweep.runs", len(children))),
@@ -80,10 +81,6 @@ def read_landed(uri: str, parent: RunRecord) -> Landed:
 def land(uri: str, parent_id: str, *, status: str | None = None) -> Landed:
     """Write the grouped table over the finished children, and the counts, to the parent run; its status too once
     every child has ended (`status` forces one: KILLED when the sweep was stopped)."""
-    from runner.repro.report import build_report, write_report
-    from runner.tracking.parent import log_sweep_results
-    from runner.tracking.store import get_run
-
     landed = read_landed(uri, get_run(uri, parent_id))
     states = landed.states
     metrics = {f"sweep/{s.replace(' ', '_')}": float(states.count(s))
@@ -105,8 +102,6 @@ def land(uri: str, parent_id: str, *, status: str | None = None) -> Landed:
 
 def land_quietly(uri: str, parent_id: str, **kwargs) -> Landed | None:
     """land(), with a store that does not answer (or refuses) logged as a warning: the next landing catches up."""
-    from runner.errors import RunnerError
-
     try:
         return land(uri, parent_id, **kwargs)
     except (RunnerError, Exception) as e:  # noqa: BLE001 - the sweep goes on without its parent's summary

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from runner.config.frozen import config_digest
-from runner.config.load import is_pipeline_path
+from runner.config.frozen import as_logged, config_digest
+from runner.config.load import is_pipeline_path, load_experiment
 from runner.errors import RunnerError
 
 PLAN_FILE = "sweep.json"
@@ -136,8 +136,6 @@ def sweep_folder(root: str, experiment: str, parent_run_id: str | None) -> Path:
 def freeze_child(plan: SweepPlan, child: ChildPlan, v, *, run_name: str | None) -> None:
     """child's experiment.yaml: the resolved experiment it was validated as, placed in the sweep (its parent run,
     store, run name and checkpoint folder), with the pipelines it `use:`s pinned beside it."""
-    from runner.config.frozen import as_logged
-
     config = copy.deepcopy(as_logged(v.loaded.resolved))
     folder = plan.child_dir(child)
     tracking = config.setdefault("tracking", {})
@@ -176,8 +174,6 @@ def freeze_child(plan: SweepPlan, child: ChildPlan, v, *, run_name: str | None) 
 
 def check_frozen(path: Path, child: ChildPlan) -> None:
     """The frozen file loads back as the setting that was validated (the same config digest)."""
-    from runner.config import load_experiment
-
     loaded = load_experiment(path)
     if config_digest(loaded.resolved) != child.digest:
         raise RunnerError(f"{path}: the frozen child {child.index} does not load back as the experiment it was "

@@ -10,11 +10,22 @@ from pathlib import Path
 
 from runner import console
 from runner.config.frozen import config_digest
+from runner.config.load import load_experiment
 from runner.config.sections import LauncherConfig, SlurmConfig
 from runner.errors import ConfigError, RunnerError, error_at
+from runner.repro.report import show
+from runner.run.data import ensure_data
+from runner.sweep.drive import Runs, announce, follow_slurm, launcher_slots, run_local
 from runner.sweep.grid import NOTHING_TO_SWEEP, Axis, Child, check_grid, run_name, short_keys_unique
+from runner.sweep.landing import DIR_TAG, GROUP_BY_TAG, INVALID_TAG, land_quietly, read_landed
 from runner.sweep.plan import ChildPlan, Resources, SweepPlan, freeze_child, load_plan, sweep_folder
-from runner.sweep.status import FAILED, INVALID, NOT_STARTED, STOPPED, ChildStatus, counts_line
+from runner.sweep.slurm import cancel_command, check_sbatch, check_slurm_config, child_resources, submit
+from runner.sweep.slurm import live as slurm_live
+from runner.sweep.status import FAILED, INVALID, NOT_STARTED, STOPPED, ChildStatus, counts_line, sweep_status
+from runner.sweep.table import SweepView
+from runner.tracking import resolve_tracking_uri
+from runner.tracking.parent import create_sweep_run, set_run_tags
+from runner.tracking.store import get_run, store_uri
 
 SEED_KEYS = ("seed",)
 BASE_SECTIONS = ("launcher.", "launcher=", "trainer.", "trainer=")
@@ -38,15 +49,12 @@ class CheckedSweep:
 
 def check_children(experiment: str, plain: list[str], axes: list[Axis], children: list[Child]) -> CheckedSweep:
     """Every child validated for the machine it will run on: this one, or (SLURM) a node with the GPUs it asks for."""
-    from runner.config import load_experiment
-
     # the launcher and trainer sections, the same for every child; the rest is each child's to check
     base = load_experiment(experiment, [o for o in plain if o.lstrip("~+").startswith(BASE_SECTIONS)])
     launcher = base.config.launcher
     if not axes and launcher.name == "local":
         raise ConfigError(NOTHING_TO_SWEEP, file="command line")
     if launcher.name == "slurm":
-        from runner.sweep.slurm import check_slurm_config
 
         check_slurm_config(launcher.slurm, base.at)
     if base.config.trainer.nnodes > 1 and launcher.name == "local":
@@ -68,7 +76,6 @@ def check_children(experiment: str, plain: list[str], axes: list[Axis], children
 def _target(launcher: LauncherConfig, trainer) -> dict:
     """validate()'s accelerator and processes per node for the machine a child runs on (None: this one, as is)."""
     if launcher.name == "slurm":
-        from runner.sweep.slurm import child_resources
 
         gpus = child_resources(launcher, trainer).gpus
         devices = trainer.devices if isinstance(trainer.devices, int) else None
@@ -93,10 +100,6 @@ def _for_validation(plain: list[str], base, launcher: LauncherConfig) -> list[st
 
 
 def start_sweep(sweep: CheckedSweep, *, detach: bool = False) -> int:
-    from runner.run.data import ensure_data
-    from runner.sweep.landing import DIR_TAG, GROUP_BY_TAG, INVALID_TAG
-    from runner.tracking.parent import create_sweep_run, set_run_tags
-
     first = sweep.first
     ensure_data(first)  # the generated data set, made once, before children start reading it
     cfg = first.config
@@ -130,15 +133,11 @@ def start_sweep(sweep: CheckedSweep, *, detach: bool = False) -> int:
 
 
 def _tracking_uri(v) -> str | None:
-    from runner.tracking import resolve_tracking_uri
-
     t = v.config.tracking
     return resolve_tracking_uri(t.uri, v.loaded.at("tracking.uri")) if t.enabled else None
 
 
 def _child_plans(sweep: CheckedSweep) -> list[ChildPlan]:
-    from runner.sweep.slurm import child_resources
-
     short = short_keys_unique(sweep.axes)
     out = []
     for child in sweep.children:
@@ -170,10 +169,6 @@ def _freeze(plan: SweepPlan, sweep: CheckedSweep) -> None:
 def run_children(plan: SweepPlan, launcher: LauncherConfig, todo: list[ChildPlan], *, detach: bool) -> int:
     """Run (or submit and follow) `todo`; land the result on the parent run; print the table, each failure and the
     grouped comparison. Returns the sweep's exit code."""
-    from runner.sweep.drive import Runs, announce, follow_slurm, launcher_slots, run_local
-    from runner.sweep.landing import land_quietly
-    from runner.sweep.table import SweepView
-
     runs = Runs(plan.uri, plan.parent_run_id)
     keys = [a.partition("=")[0] for a in plan.axes.split(" ")] if plan.axes else []
     short = [k.rsplit(".", 1)[-1] for k in keys]
@@ -188,7 +183,6 @@ def run_children(plan: SweepPlan, launcher: LauncherConfig, todo: list[ChildPlan
             _record_driver(plan)
             statuses, stopped = run_local(plan, slots, todo, view, runs, on_end)
         else:
-            from runner.sweep.slurm import cancel_command, check_sbatch, submit
 
             check_sbatch()
             if todo:
@@ -247,10 +241,6 @@ def _last_error(plan: SweepPlan, child: ChildPlan) -> str | None:
 
 def _summary(plan: SweepPlan) -> None:
     """compare's grouped table of the children, grouped by the swept keys other than the seed."""
-    from runner.repro.report import show
-    from runner.sweep.landing import read_landed
-    from runner.tracking.store import get_run
-
     if not plan.parent_run_id:
         return
     try:
@@ -276,10 +266,6 @@ def _exit_code(statuses: list[ChildStatus], stopped: int | None, plan: SweepPlan
 # ---- resume ---------------------------------------------------------------------------------------------------------
 
 def resume_sweep(parent: str, *, uri: str | None, flags: list[str], retry_failed: bool, detach: bool) -> int:
-    from runner.sweep.landing import DIR_TAG, read_landed
-    from runner.tracking.parent import set_run_tags
-    from runner.tracking.store import get_run, store_uri
-
     store = store_uri(uri)
     record = get_run(store, parent)
     folder = record.tags.get(DIR_TAG)
@@ -292,12 +278,9 @@ def resume_sweep(parent: str, *, uri: str | None, flags: list[str], retry_failed
     runs = read_landed(store, record).runs
     live = {}
     if launcher.name == "slurm" and plan.submissions:
-        from runner.sweep.slurm import check_sbatch
-        from runner.sweep.slurm import live as slurm_live
 
         check_sbatch()
         live = slurm_live(plan)
-    from runner.sweep.status import sweep_status
 
     statuses = sweep_status(plan, live, runs)
     todo = [s.child for s in statuses if _again(s, retry_failed)]
@@ -346,8 +329,6 @@ def _check_not_running(plan: SweepPlan, launcher: LauncherConfig) -> None:
 
 
 def _note_edited(plan: SweepPlan, todo: list[ChildPlan]) -> None:
-    from runner.config import load_experiment
-
     for child in todo:
         try:
             digest = config_digest(load_experiment(plan.child_experiment(child)).resolved)

@@ -10,14 +10,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner import console
+from runner.repro.compare import duration
 from runner.sweep.status import DONE, FAILED, INVALID, RUNNING, STOPPED, ChildStatus, counts_line
 
 STYLES = {DONE: "green", RUNNING: "cyan", FAILED: "red", INVALID: "red", STOPPED: "yellow"}
 
 
 def _elapsed(s: ChildStatus, now_ms: float) -> str:
-    from runner.repro.compare import duration
-
     run = s.run
     if run is None or not run.start_ms:
         return "-"

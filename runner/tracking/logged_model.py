@@ -7,6 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from runner.tracking.uri import mlflow_client
+
 log = logging.getLogger(__name__)
 
 
@@ -14,8 +16,6 @@ def log_logged_model(uri: str, run_id: str, name: str, index: dict[str, Any], fi
     """A LoggedModel of the run (MLflow 3's Models tab) that points at its best checkpoint, without a second
     copy of the weights: its artifacts are the label map, the experiment and a checkpoint.json naming
     runs:/RUN_ID/checkpoints/... . Returns its id, None when the store refused (logged, never raised)."""
-    from runner.tracking.uri import mlflow_client
-
     try:
         c = mlflow_client(uri)
         run = c.get_run(run_id)

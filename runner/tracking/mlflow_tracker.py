@@ -41,6 +41,7 @@ from runner.tracking.uri import (
 
 if TYPE_CHECKING:
     from runner.config.sections import TrackingConfig
+from runner.tracking.datasets import mlflow_dataset_input
 from runner.tracking.uri import resolve_tracking_uri
 
 log = logging.getLogger("runner.tracking")
@@ -334,7 +335,6 @@ class MlflowTracker:
             self._terminated = True
 
     def _flush_inputs(self) -> None:
-        from runner.tracking.datasets import mlflow_dataset_input
         with self._lock:
             inputs = list(self._inputs)
         if not inputs or self._abandon:

@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runner.tracking.mlflow_tracker import MlflowTracker
-from runner.tracking.uri import resolve_tracking_uri
+from runner.errors import RunnerError
+from runner.tracking.mlflow_tracker import MlflowTracker, ensure_experiment, short_reason
+from runner.tracking.uri import MAX_TAG_VAL_LENGTH, flatten, mlflow_client, resolve_tracking_uri, truncate
 
 
 def parent_run(v, *, run_name: str, tags: dict[str, str], params: dict[str, Any]) -> MlflowTracker | None:
@@ -25,9 +26,6 @@ def create_sweep_run(uri: str, experiment: str, *, run_name: str, tags: dict[str
     that does not answer stops the sweep before anything starts (RunnerError)."""
     from mlflow.entities import Param, RunTag
 
-    from runner.errors import RunnerError
-    from runner.tracking.mlflow_tracker import ensure_experiment, short_reason
-    from runner.tracking.uri import flatten, mlflow_client
 
     client = mlflow_client(uri)
     try:
@@ -52,7 +50,6 @@ def log_sweep_results(uri: str, run_id: str, *, files: list[Path], note: str, me
 
     from mlflow.entities import Metric, RunTag
 
-    from runner.tracking.uri import MAX_TAG_VAL_LENGTH, mlflow_client, truncate
 
     client = mlflow_client(uri)
     now = int(time.time() * 1000)
@@ -71,8 +68,6 @@ def log_sweep_results(uri: str, run_id: str, *, files: list[Path], note: str, me
 def supersede(uri: str, run_ids: list[str], by: str) -> None:
     """Earlier attempts of a sweep child that restarts from scratch (they left no checkpoint): KILLED, and tagged
     with the run that replaces them."""
-    from runner.tracking.uri import mlflow_client
-
     client = mlflow_client(uri)
     for run_id in run_ids:
         client.set_tag(run_id, "runner.sweep.superseded_by", by)
@@ -84,7 +79,6 @@ def set_run_tags(uri: str, run_id: str, tags: dict[str, str], status: str | None
     """Tags on a run (and its status: RUNNING again for a resumed sweep), synchronously."""
     from mlflow.entities import RunTag
 
-    from runner.tracking.uri import mlflow_client
 
     client = mlflow_client(uri)
     if tags:

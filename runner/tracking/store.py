@@ -15,8 +15,8 @@ from urllib.parse import unquote, urlparse
 import yaml
 
 from runner.config.frozen import IDENTITY_TAGS
-from runner.errors import RunnerError, error_at, list_names
-from runner.tracking.uri import mlflow_client
+from runner.errors import RunnerError, did_you_mean, error_at, list_names
+from runner.tracking.uri import mlflow_client, resolve_tracking_uri
 
 RUN_ID_LENGTH = 32
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,8 +67,6 @@ class RunRecord:
 def store_uri(value: str | None) -> str:
     """A command's --uri: a store URI, a folder (a file store), an .db file (sqlite), or unset (the store
     runner launch logs to: $MLFLOW_TRACKING_URI, else ./mlflow.db)."""
-    from runner.tracking.uri import resolve_tracking_uri
-
     if value and "://" not in value and (value.endswith(".db") or Path(value).expanduser().is_file()):
         return f"sqlite:///{Path(value).expanduser().resolve()}"
     return resolve_tracking_uri(value, at=error_at("--uri", file="command line") if value else None)
@@ -151,7 +149,6 @@ def find_runs(uri: str, *, experiment: str | None = None, parent: str | None = N
         tags["mlflow.parentRunId"] = parent_run.run_id
     exp = c.get_experiment_by_name(experiment)
     if exp is None:
-        from runner.errors import did_you_mean
 
         names = [e.name for e in c.search_experiments(max_results=1000)]
         raise RunnerError(f"no experiment '{experiment}' in {uri}.{did_you_mean(experiment, names)} "
@@ -226,7 +223,6 @@ def landing_experiment(uri: str, name: str | None = None) -> str | None:
     if name is not None:
         found = [e for e in experiments if e.name == name]
         if not found:
-            from runner.errors import did_you_mean
 
             names = [e.name for e in experiments]
             raise RunnerError(f"no experiment '{name}' in {uri}.{did_you_mean(name, names)} "

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import os
 
+from runner.dist import under_torchrun
 from runner.run.data import checked_with_data, ensure_data
 from runner.run.processes import run_torchrun, torchrun_args
 from runner.run.resume import AUTO_RESUME, auto_resume, load_resume
 from runner.train.worker import RunObserver, run_worker
+from runner.weights.init import plan_init
 
 
 def launch(v, experiment: str, overrides: list[str], *, resume: str | None = None,
            observer: RunObserver | None = None) -> int:
     """Run the experiment to its end; returns the process exit code. `observer` hears of the run's fresh start
     and of its end (on rank 0)."""
-    from runner.dist import under_torchrun
-
     if v.config.trainer.deterministic:  # cuBLAS reproducibility; torch before ~2.10 raises without it
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if resume == AUTO_RESUME:
@@ -28,7 +28,6 @@ def launch(v, experiment: str, overrides: list[str], *, resume: str | None = Non
         return run_worker(v, resume=resume, observer=observer)
     init = None
     if v.config.model.init is not None and not resume:
-        from runner.weights.init import plan_init
 
         init = plan_init(v)  # weights that do not fit fail here, before any work; workers find a fetch cached
     ensure_data(v)

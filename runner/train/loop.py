@@ -19,7 +19,8 @@ from runner.dist import Dist, all_gather_objects
 from runner.evaluate.score import create_eval_loaders, evaluate_nets
 from runner.evaluate.sums import Evaluation, class_names, log_evaluation
 from runner.loaders.epochs import resolution_at
-from runner.loaders.slots import check_accumulation, create_train_loader
+from runner.loaders.loader import create_train_loader
+from runner.loaders.slots import check_accumulation
 from runner.models.device import build_model
 from runner.preview.batches import BatchPreview
 from runner.run.processes import configure_torch

@@ -7,11 +7,15 @@ import uuid
 from dataclasses import asdict
 from typing import Protocol
 
-from runner import console
+from runner import console, dist
 from runner.run.data import checked_with_data, ensure_data
 from runner.run.processes import WORKER_ENV, torch_threads
 from runner.run.record import log_model, log_run_inputs, run_params, split_fingerprints, stale_cache_notes
 from runner.run.resume import load_resume
+from runner.tracking import create_tracker
+from runner.train.loop import StopRequest, train
+from runner.train.summary import print_summary
+from runner.weights.init import init_note, label_note, plan_init
 
 
 class RunObserver(Protocol):
@@ -25,10 +29,6 @@ class RunObserver(Protocol):
 
 def run_worker(v, *, resume: str | None = None, init=None, observer: RunObserver | None = None) -> int:
     """One training process: join the group, train, record, tear down."""
-    from runner import dist
-    from runner.train.loop import train
-    from runner.train.summary import print_summary
-
     d = dist.setup(v.target.accelerator)
     torch_threads(d)
     tracker = None
@@ -40,7 +40,6 @@ def run_worker(v, *, resume: str | None = None, init=None, observer: RunObserver
         state = load_resume(v, resume, d.world) if resume else None
         init = prepare_init(v, d, resumed=state is not None, plan=init)
         run_id = state["run_id"] if state else None
-        from runner.tracking import create_tracker
 
         tracker = create_tracker(v.config.tracking, rank=d.rank, resume_run_id=run_id,
                                  at=v.loaded.at("tracking.uri"))
@@ -72,7 +71,6 @@ def run_worker(v, *, resume: str | None = None, init=None, observer: RunObserver
         if d.enabled and dist.peer_failed(e):  # not this rank's fault: the first failure is reported above
             console.err.print(f"rank {d.rank}: stopping: another process of this run failed "
                               f"({str(e).splitlines()[0][:160]}).", markup=False)
-            from runner.train.loop import StopRequest
 
             if StopRequest.received is None:  # else torchrun's stop came already: end now
                 dist.await_stop()
@@ -92,7 +90,6 @@ def prepare_init(v, d, *, resumed: bool, plan=None):
         if d.main:
             console.note(f"model.init ({init.source}) is ignored: --resume continues from the checkpoint's weights.")
         return None
-    from runner.weights.init import init_note, label_note, plan_init
 
     plan = plan or plan_init(v)
     if d.main:

@@ -20,6 +20,8 @@ from typing import Any, Literal
 from runner import console
 from runner.errors import DataError, RunnerError, counted, did_you_mean, display_path, list_names
 from runner.weights import checkpoint
+from runner.weights.kept import BEST, INDEX, step_name
+from runner.weights.store import cache_dir, download, read_index, run_checkpoint
 
 AVERAGES_TAG = "runner.averages"   # the id of the run whose checkpoints were averaged
 DEFAULT_METRIC = "eval/top1"
@@ -61,8 +63,6 @@ class Kept:
 def kept_checkpoints(record, store: str) -> tuple[list[Kept], Path | None]:
     """The checkpoints the run kept, oldest first: from its artifact store (fetched into the cache), else from its
     folder here (returned as the second value, None for the store)."""
-    from runner.weights.store import read_index
-
     index = read_index(store, record.run_id)
     if index is not None:
         names = index["recent"] + ([index["best"]] if index.get("best") not in (None, *index["recent"]) else [])
@@ -76,8 +76,6 @@ def kept_checkpoints(record, store: str) -> tuple[list[Kept], Path | None]:
 
 def fetch_kept(store: str, run_id: str, index: dict[str, Any], name: str) -> Path:
     """One stored checkpoint as a file in runner's cache (downloaded once, as fetch_run_weights does)."""
-    from runner.weights.store import cache_dir, download
-
     target = cache_dir() / run_id / Path(name).name
     if target.is_file() and target.stat().st_size == index.get("sizes", {}).get(name, -1):
         return target
@@ -86,9 +84,6 @@ def fetch_kept(store: str, run_id: str, index: dict[str, Any], name: str) -> Pat
 
 def local_files(record, store: str) -> tuple[dict[str, Path], Path]:
     """last.pt and best.pt of a run that logged no checkpoint to its store, in its folder here."""
-    from runner.weights.kept import BEST, INDEX
-    from runner.weights.store import run_checkpoint
-
     last = run_checkpoint(record, store)  # raises, naming where it looked, when there is none
     index_file = last.parent / INDEX
     index = json.loads(index_file.read_text()) if index_file.is_file() else {}
@@ -230,8 +225,6 @@ def write_average(run_id: str, chosen: list[Kept], rule: Rule, key: str, out: Pa
     optimizer or reader state: it evaluates and initialises, it does not resume), with the newest checkpoint's
     step, epoch, experiment and label map, and which run's checkpoints it averages under "averaged". Its run_id
     is the source's until link_run names the run that holds it."""
-    from runner.weights.kept import step_name
-
     newest: dict[str, Any] = {}
 
     def states():

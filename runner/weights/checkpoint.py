@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from runner.errors import ConfigError, DataError, display_path
+from runner.loaders.slots import global_batch
 
 LAST = "last.pt"
 
@@ -60,8 +61,6 @@ def fixed_settings(v, world: int) -> dict[str, Any]:
     """The settings a checkpoint's state is shaped by: the model's and optimizer's state dicts, and the readers'
     positions (which files each process lists, in which order, in batches of what size, in which epoch's pipeline),
     and whether it holds averaged weights (trainer.ema). Saved with it."""
-    from runner.loaders.slots import global_batch
-
     cfg = v.config
     train = v.loaded.pipelines.get("train")
     hybrid = train.hybrid if train else None

@@ -21,6 +21,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 from runner.errors import ConfigError, DataError, RunnerError, display_path, list_names
+from runner.models.zoo import classifier_keys as classifier_modules
+from runner.models.zoo import create_model
+from runner.tracking import resolve_tracking_uri
+from runner.tracking.store import store_uri
+from runner.weights import checkpoint
+from runner.weights.kept import BEST
+from runner.weights.store import fetch_run_weights, latest_finished_run
 
 log = logging.getLogger("runner.weights.init")
 
@@ -66,8 +73,6 @@ def sha256_file(path: Path) -> str:
 
 def classifier_keys(model) -> list[str]:
     """State-dict keys of the model's classifier (runner.models.zoo.classifier_keys names its modules)."""
-    from runner.models.zoo import classifier_keys as classifier_modules
-
     modules = dict(model.named_modules())
     return [f"{n}.{p}" for n in classifier_modules(model) for p, _ in modules[n].named_parameters(recurse=False)]
 
@@ -125,10 +130,6 @@ def torchvision_file(model_name: str, weights: str, at: dict[str, Any]) -> Path:
 
 def run_file(v, run_id: str | None, experiment: str | None = None) -> tuple[Path, str]:
     """A run's logged checkpoint (fetched into the cache), else the one in this machine's checkpoint folder."""
-    from runner.tracking import resolve_tracking_uri
-    from runner.tracking.store import store_uri
-    from runner.weights.store import fetch_run_weights, latest_finished_run
-
     init, at = v.config.model.init, v.loaded.at("model.init.source")
     uri = store_uri(init.uri) if init.uri else resolve_tracking_uri(v.config.tracking.uri)
     try:
@@ -145,9 +146,6 @@ def run_file(v, run_id: str | None, experiment: str | None = None) -> tuple[Path
 
 
 def local_checkpoint(checkpoint_dir: str, run_id: str, which: str) -> Path | None:
-    from runner.weights import checkpoint
-    from runner.weights.kept import BEST
-
     names = [BEST, checkpoint.LAST] if which == "best" else [checkpoint.LAST]
     for name in names:
         found = sorted(Path(checkpoint_dir).glob(f"*/{run_id}*/{name}"))
@@ -206,7 +204,6 @@ def plan_init(v) -> InitPlan:
     does not load. Runs before any work starts."""
     import torch
 
-    from runner.models.zoo import create_model
 
     init, at = v.config.model.init, v.loaded.at("model.init.source")
     file, run_id = resolve_source(v)

@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import DataError, RunnerError, display_path
+from runner.files import user_cache, write_text_atomic
+from runner.tracking.store import client, find_runs, get_run, logged_config, read_artifact, store_uri
 from runner.weights import checkpoint
+from runner.weights.checkpoint import LAST
+from runner.weights.kept import INDEX as LOCAL_INDEX
 
 log = logging.getLogger("runner.tracking")
 
@@ -26,15 +30,11 @@ WHICH = ("best", "last")
 
 def cache_dir() -> Path:
     """Where fetched checkpoints are kept: runner's user cache (runner.files.user_cache), weights/<run id>/."""
-    from runner.files import user_cache
-
     return user_cache("weights")
 
 
 def read_index(uri: str, run_id: str) -> dict[str, Any] | None:
     """The run's checkpoints/index.json, or None when it logged no checkpoint."""
-    from runner.tracking.store import read_artifact
-
     text = read_artifact(uri, run_id, INDEX)
     return json.loads(text) if text else None
 
@@ -46,8 +46,6 @@ def fetch_run_weights(run_id: str, tracking_uri: str | None = None, which: str =
     `run_id` may be a unique start of the id; `tracking_uri` defaults to the store runner launch logs to.
     "best" is the last checkpoint when the run named no trainer.checkpoint_best. Raises DataError when the
     run logged no checkpoint, RunnerError when the store does not answer or lacks the run."""
-    from runner.tracking.store import get_run, store_uri
-
     if which not in WHICH:
         raise ValueError(f"which must be one of {WHICH}, not {which!r}")
     uri = store_uri(tracking_uri)
@@ -66,8 +64,6 @@ def fetch_run_weights(run_id: str, tracking_uri: str | None = None, which: str =
 def download(uri: str, run_id: str, name: str, target: Path) -> Path:
     """The run's artifact `name` written as the file `target`, atomically: a process reading it never sees half a
     file. Raises RunnerError when the store does not hand it over."""
-    from runner.tracking.store import client
-
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as tmp:
         try:
@@ -85,10 +81,6 @@ def restore_last_checkpoint(uri: str, run_id: str, directory: Path) -> tuple[Pat
     it as index.json (unless one is there), so that a run resumed on another machine goes on keeping its stored
     checkpoints and its best. Returns the file and the checkpoint's step. Raises DataError when the run logged no
     checkpoint."""
-    from runner.files import write_text_atomic
-    from runner.weights.checkpoint import LAST
-    from runner.weights.kept import INDEX as LOCAL_INDEX
-
     index = read_index(uri, run_id)
     if index is None:
         raise DataError(f"run {run_id} logged no checkpoint to {uri} (no {INDEX} among its artifacts).",
@@ -101,8 +93,6 @@ def restore_last_checkpoint(uri: str, run_id: str, directory: Path) -> tuple[Pat
 
 def latest_finished_run(uri: str, experiment: str) -> str:
     """The id of the newest FINISHED run of `experiment` in the store at `uri` that logged a checkpoint."""
-    from runner.tracking.store import find_runs
-
     runs = [r for r in find_runs(uri, experiment=experiment, limit=50) if r.status == "FINISHED"]
     for run in reversed(runs):
         if read_index(uri, run.run_id) is not None:
@@ -115,8 +105,6 @@ def run_checkpoint(record, store: str) -> Path:
     """The checkpoint of a tracked run: its best (else last) one from the run's artifact store, or, for a run that
     logged none there, the one its runner.checkpoint tag names, else its run folder under the logged
     trainer.checkpoint_dir on this machine."""
-    from runner.tracking.store import logged_config
-
     try:
         return fetch_run_weights(record.run_id, tracking_uri=store, which="best")
     except DataError:  # logged no checkpoint to the store (trainer.checkpoint_log: false, or an older run)
