@@ -1,38 +1,35 @@
-"""Shared fixtures: small real JPEG datasets, a project layout in a temp dir, the CLI in-process, a real
-MLflow server that can be killed and restarted."""
+"""Fixtures both tiers share: small real JPEG datasets, a project layout in a temp dir, runner's cache and an
+MLflow database to copy, per session."""
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO, TINY, TINY_DETERMINISTIC, write_image_folder
+
+# fixtures a topic's unit and end-to-end tests share
+pytest_plugins = [
+    "tests.fixtures.accumulate",
+    "tests.fixtures.compare",
+    "tests.fixtures.data_cache",
+    "tests.fixtures.deploy_files",
+    "tests.fixtures.determinism",
+    "tests.fixtures.dsl_compile",
+    "tests.fixtures.epoch_plan",
+    "tests.fixtures.labels",
+    "tests.fixtures.preview",
+    "tests.fixtures.shards",
+    "tests.fixtures.ui",
+]
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-
-
-def write_image_folder(root: Path, classes: int = 3, per_class: int = 6, seed: int = 0,
-                       size: tuple[int, int] = (40, 56)) -> Path:
-    """ROOT/c{k}/{i}.jpg with random content: a tiny ImageFolder for pipeline tests."""
-    rng = np.random.default_rng(seed)
-    for c in range(classes):
-        d = root / f"c{c}"
-        d.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            h, w = size[0] + int(rng.integers(0, 16)), size[1] + int(rng.integers(0, 16))
-            pixels = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(d / f"{i:03d}.jpg", quality=90)
-    return root
+# pytest-xdist's workers inherit COLUMNS=80 from their terminal; runner (rich) then draws tables 80 columns wide,
+# unlike the single process, whose output these tests read as a pipe's (150 columns)
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(scope="session")
@@ -72,18 +69,7 @@ def project(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    """The CLI in this process: (exit code, stdout, stderr)."""
-    from runner.cli import main
-
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 # ------------------------------------------------------------------------------------- MLflow
-
-MLFLOW = str(Path(sys.executable).with_name("mlflow"))
 
 
 @pytest.fixture(scope="session")
@@ -96,52 +82,17 @@ def template_db(tmp_path_factory) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`mlflow server` on a sqlite backend in a temp dir; `kill()` is an outage, `start()` a recovery
-    (same port, same database, same artifact folder)."""
-
-    def __init__(self, root: Path, template_db: Path):
-        self.root, self.port = root, free_port()
-        self.db = root / "mlflow.db"
-        shutil.copy(template_db, self.db)
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        cmd = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{self.db}", "--host", "127.0.0.1",
-               "--port", str(self.port), "--workers", "1", "--serve-artifacts",
-               "--artifacts-destination", str(self.root / "artifacts")]
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job workers: starts 2x faster
-        with open(self.root / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root,
-                                         start_new_session=True)
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited: {(self.root / 'server.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError("mlflow server did not answer /health in time")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the uvicorn worker is in the group too
-            self.proc.wait()
+@pytest.fixture
+def tiny(project, image_dataset) -> Path:
+    """experiments/tiny.yaml in the project: helpers.TINY (2 epochs) on the session's images."""
+    path = project / "experiments" / "tiny.yaml"
+    path.write_text(TINY.format(root=image_dataset))
+    return path
 
 
 @pytest.fixture
-def server(tmp_path, template_db):
-    (tmp_path / "server").mkdir()
-    s = Server(tmp_path / "server", template_db)
-    yield s
-    s.kill()
+def tiny_epoch(project, image_dataset) -> Path:
+    """experiments/tiny.yaml in the project: helpers.TINY_DETERMINISTIC (1 epoch) without determinism."""
+    path = project / "experiments" / "tiny.yaml"
+    path.write_text(TINY_DETERMINISTIC.format(root=image_dataset).replace("deterministic: true", "deterministic: false"))
+    return path

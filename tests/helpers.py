@@ -1,0 +1,187 @@
+"""What the test modules of both tiers share: the repository, small image folders and experiments, the CLI in
+this process or in one of its own, a real MLflow server that can be killed and restarted, and store readers."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import torch
+from mlflow import MlflowClient
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_image_folder(root: Path, classes: int = 3, per_class: int = 6, seed: int = 0,
+                       size: tuple[int, int] = (40, 56)) -> Path:
+    """ROOT/c{k}/{i}.jpg with random content: a tiny ImageFolder for pipeline tests."""
+    rng = np.random.default_rng(seed)
+    for c in range(classes):
+        d = root / f"c{c}"
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            h, w = size[0] + int(rng.integers(0, 16)), size[1] + int(rng.integers(0, 16))
+            pixels = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(d / f"{i:03d}.jpg", quality=90)
+    return root
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """The CLI in this process: (exit code, stdout, stderr)."""
+    from runner.cli import main
+
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def write(project, text, name="exp.yaml"):
+    path = project / "experiments" / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+MLFLOW = str(Path(sys.executable).with_name("mlflow"))
+
+
+class Server:
+    """`mlflow server` on a sqlite backend in a temp dir; `kill()` is an outage, `start()` a recovery
+    (same port, same database, same artifact folder)."""
+
+    def __init__(self, root: Path, template_db: Path):
+        self.root, self.port = root, free_port()
+        self.db = root / "mlflow.db"
+        shutil.copy(template_db, self.db)
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        cmd = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{self.db}", "--host", "127.0.0.1",
+               "--port", str(self.port), "--workers", "1", "--serve-artifacts",
+               "--artifacts-destination", str(self.root / "artifacts")]
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job workers: starts 2x faster
+        with open(self.root / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root,
+                                         start_new_session=True)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {(self.root / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("mlflow server did not answer /health in time")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the uvicorn worker is in the group too
+            self.proc.wait()
+
+
+TINY = """\
+name: tiny
+seed: 3
+model: {{name: resnet18, num_classes: 3}}
+optimizer: {{lr: 0.02}}
+scheduler: {{name: cosine}}
+trainer: {{epochs: 2, log_every_n_steps: 2}}
+data: {{root: {root}, batch_size: 4}}
+pipelines:
+  train: {{use: imagenet_train, params: {{size: 32}}}}
+  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
+tracking: {{experiment: tiny}}
+"""
+
+
+TINY_DETERMINISTIC = """\
+name: tiny
+seed: 3
+model: {{name: resnet18, num_classes: 3}}
+optimizer: {{lr: 0.02}}
+trainer: {{epochs: 1, log_every_n_steps: 1, deterministic: true}}
+data: {{root: {root}, batch_size: 4}}
+pipelines:
+  train: {{use: imagenet_train, params: {{size: 32}}}}
+  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
+tracking: {{experiment: tiny}}
+"""
+
+
+def runs_tagged(uri: str, tag: str, value: str) -> list:
+    client = MlflowClient(uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return list(client.search_runs(ids, f"tags.`{tag}` = '{value}'"))
+
+
+def launched(workdir, *args: str) -> str:
+    """`runner launch ARGS` in a process of its own (MLflow keeps a store per process), its output."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run([sys.executable, "-m", "runner", "launch", *args], cwd=workdir, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return done.stdout
+
+
+# a pipeline whose "images" are the file paths, so tests can see which samples each rank read
+PATHS = """\
+data: {{root: {root}, batch_size: {batch}}}
+pipelines:
+  train:
+    steps:
+      - jpegs, labels = readers.file(file_root=$data_root, shuffle_after_epoch=True)
+      - paths = get_property(jpegs, key="source_info")
+    outputs: [paths, labels]
+    params: {{data_root: null}}
+  eval:
+    steps:
+      - jpegs, labels = readers.file(file_root=$data_root)
+      - paths = get_property(jpegs, key="source_info")
+    outputs: [paths, labels]
+    params: {{data_root: null}}
+"""
+
+
+def names(batch: torch.Tensor) -> list[str]:
+    return [bytes(row.tolist()).decode().rstrip("\0") for row in batch.to(torch.uint8)]
+
+
+# the same images, normalized, laid out as the pipeline's params say
+LAYOUTS = """\
+data: {{root: {root}, batch_size: 4}}
+pipelines:
+  train:
+    steps:
+      - jpegs, labels = readers.file(file_root=$data_root)
+      - images = decoders.image(jpegs, output_type=RGB)
+      - images = resize(images, resize_x=32, resize_y=24)
+      - images = crop_mirror_normalize(images, dtype=$dtype, output_layout=$layout, mean=[120.0, 110.0, 100.0],
+          std=[60.0, 50.0, 40.0])
+    outputs: [images, labels]
+    params: {{data_root: null, dtype: FLOAT, layout: CHW}}
+"""
+
+
+PLAIN, RANDAUG = "imagenet_train", "imagenet_train_randaugment"  # two train pipelines a sweep crosses
