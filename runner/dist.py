@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -82,9 +84,6 @@ PEER_GRACE_S = 30.0
 def await_stop(grace_s: float = PEER_GRACE_S) -> None:
     """Wait for the launcher to stop this process after a peer failed, so the peer's own exit is the one
     torchrun reports first (its exit code is the run's); the default SIGTERM action ends the wait at once."""
-    import signal
-    import time
-
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     time.sleep(grace_s)

@@ -5,6 +5,15 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 from runner import console
 
 log = logging.getLogger("runner")
@@ -14,15 +23,6 @@ log = logging.getLogger("runner")
 def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
     """A progress(done, total) callable: a rich bar on a terminal, a plain line per 10% otherwise."""
     if console.interactive():
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=console.out) as bar:
             task = None

@@ -110,12 +110,10 @@ class Mixer:
         self.cutmix_alpha = 1.0 if cfg.cutmix_minmax is not None else cfg.cutmix_alpha
 
     @classmethod
-    def for_experiment(cls, cfg) -> Mixer | None:
-        """The experiment's pipelines.train.mix, with its class count, label smoothing and seed; None without one."""
-        mix = cfg.pipelines.train.mix
-        if mix is None:
-            return None
-        return cls(mix, num_classes=cfg.model.num_classes, label_smoothing=cfg.trainer.label_smoothing, seed=cfg.seed)
+    def create(cls, mix: MixConfig | None, *, num_classes: int, label_smoothing: float, seed: int) -> Mixer | None:
+        """pipelines.train.mix with the model's class count, trainer.label_smoothing and the experiment's seed; None
+        without one."""
+        return None if mix is None else cls(mix, num_classes=num_classes, label_smoothing=label_smoothing, seed=seed)
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, *, slot: int, step: int) -> MixedBatch:
         g = mix_generator(self.seed, slot, step)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from dataclasses import fields
 from itertools import chain, repeat
@@ -17,12 +18,14 @@ from typing import Any
 
 import torch
 
+from runner.augment.mix import Mixer
 from runner.bench.stats import PART_WAIT_KEY
 from runner.bench.variants import variants
 from runner.dist import Dist, setup
 from runner.errors import RunnerError
+from runner.loaders.config import LoaderConfig
 from runner.loaders.loader import create_loader
-from runner.loaders.slots import MicroBatch
+from runner.loaders.slots import MicroBatch, global_batch
 from runner.models.device import build_model
 from runner.run.processes import configure_torch, torch_threads
 from runner.run.record import run_params
@@ -44,8 +47,9 @@ def _batches(loader):
     return chain.from_iterable(loader.epoch() for _ in repeat(None))
 
 
-def loader_only(v, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
-    loader = create_loader(v, "train", d, feeds_model=False)
+def loader_only(cfg: LoaderConfig, d: Dist, warmup: int, steps: int) -> dict[str, Any]:
+    """The train loader alone, read as fast as it yields (no model): its images per second."""
+    loader = create_loader(cfg, "train", d, feeds_model=False)
     batches = _batches(loader)
     for _ in range(warmup):
         images, _ = next(batches)
@@ -121,8 +125,14 @@ class BareStep:
     def __init__(self, v, d: Dist):
         configure_torch(v.config, d)
         model = build_model(v.config, d)
-        loader = create_loader(v, "train", d)
-        self.step, self.train_step = build_step(v, d, model, loader.steps_per_epoch), train_step
+        loader = create_loader(v.loaders, "train", d)
+        cfg = v.config
+        mixer = Mixer.create(cfg.pipelines.train.mix, num_classes=cfg.model.num_classes,
+                             label_smoothing=cfg.trainer.label_smoothing, seed=cfg.seed)
+        self.step = build_step(model, d, optimizer=cfg.optimizer, scheduler=cfg.scheduler, trainer=cfg.trainer,
+                               global_batch=global_batch(cfg, d.world), steps_per_epoch=loader.steps_per_epoch,
+                               mixer=mixer)
+        self.train_step = train_step
         self.batches = _batches(loader)
         self.d, self.wait, self.steps = d, 0.0, 0
 
@@ -160,9 +170,6 @@ def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[
     another thread, kept at most data.prefetch batches ahead of the model and its batches dropped: what the
     loader's CPU and GPU work costs training when nothing waits for it. Set against the ceiling (no loader) and
     end to end (the model waits for the loader's batches), it splits the loss between the two."""
-    import threading
-
-
     ahead, drawn, failed = max(1, v.config.data.prefetch), [0], []
     turn, stop = threading.Condition(), threading.Event()
     with training_stream(v.config.trainer, d.device):  # the stream train() runs on
@@ -172,7 +179,7 @@ def beside_the_loader(v, v_synthetic, d: Dist, warmup: int, steps: int) -> dict[
         def draw() -> None:  # the loader's batches as the training thread would take them, on its stream
             try:
                 with torch.cuda.stream(stream) if stream is not None else _Nothing():
-                    batches = _batches(create_loader(v, "train", d))
+                    batches = _batches(create_loader(v.loaders, "train", d))
                     while not stop.is_set():
                         with turn:
                             turn.wait_for(lambda: stop.is_set() or drawn[0] < step.steps + ahead)
@@ -228,16 +235,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     torch_threads(d)
     if mode == "loader":
-        return loader_only(v, d, warmup, steps)
+        return loader_only(v.loaders, d, warmup, steps)
     if mode == "bare":
         return bare_loop(v, d, warmup, steps)
     if mode == "beside":
-
-        v_synthetic = validate(spec["experiment"], [*overrides, *variants(v, ["synthetic"])[0].overrides])
+        v_synthetic = validate(spec["experiment"], [*overrides, *variants(v.loaded, ["synthetic"])[0].overrides])
         return beside_the_loader(v, v_synthetic, d, warmup, steps)
     tracker = None
     if spec.get("parent_run_id") and v.config.tracking.enabled:
-
         tracker = MlflowTracker(resolve_tracking_uri(v.config.tracking.uri), v.config.tracking.experiment,
                                 run_name=spec["name"], tags={"mlflow.parentRunId": spec["parent_run_id"],
                                                              "runner.bench.variant": spec["name"],

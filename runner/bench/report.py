@@ -4,6 +4,7 @@ One run per row shows its numbers as measured; several show the median and, in b
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from runner.bench.stats import PART_WAIT_KEY, Spread, ratios, spread
@@ -113,8 +114,6 @@ def markdown(result: BenchResult) -> str:
 def chart(result: BenchResult, path: Path) -> Path:
     """Horizontal bars: training img/s per row (its share of its ceiling beside it; one ceiling also as a line) and
     loader-only img/s, a panel for each mode that was measured; bars at the median, error bars over min-max."""
-    import textwrap
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,8 +163,6 @@ def chart(result: BenchResult, path: Path) -> Path:
 def chart_title(result: BenchResult, width: int = 100) -> str:
     """The experiment (or suite), machine and time, then the command line's overrides: two charts of one
     experiment differ there."""
-    import textwrap
-
     machine = result.machine.get("gpu.model") or result.machine.get("cpu", "CPU")
     what = f"suite {result.suite}" if result.suite is not None else Path(result.experiment).name
     rounds = f", median of {result.repeat} rounds" if result.repeat > 1 else ""

@@ -6,10 +6,8 @@ import dataclasses
 import platform
 import shlex
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from runner import console
 from runner.bench.report import chart
@@ -18,12 +16,14 @@ from runner.bench.suite import BenchResult, plan, run_rounds, stamp
 from runner.bench.suitefile import Entry, Suite, load_suite
 from runner.bench.variants import DALI_LOADERS, DEFAULT_LOADERS, LOADERS, MODES, cache_dir, size_note, variants
 from runner.config.load import is_override
+from runner.config.sections import DataConfig, TrackingConfig
 from runner.data.cache import build_cache
 from runner.data.paths import data_root
 from runner.errors import ConfigError, RunnerError, did_you_mean
 from runner.machine import cpu_cores, gpu_info
 from runner.progress import progress_bar
 from runner.run.data import ensure_data
+from runner.run.notes import run_notes
 from runner.run.runinfo import git_state, versions
 from runner.run.validate import validate
 from runner.tracking import parent_run
@@ -60,15 +60,16 @@ class BenchOutcome:
         return any(r.errors for r in self.result.rows)
 
 
-def run_bench(req: BenchRequest, run_notes: Callable[[Any], None]) -> BenchOutcome:
-    """Measure the request's suite and write its files; `run_notes` says what a validated experiment runs differently."""
+def run_bench(req: BenchRequest) -> BenchOutcome:
+    """Measure the request's suite and write its files."""
     suite = load(req)
-    validated = prepare(suite, run_notes)
+    validated = prepare(suite)
     jobs = plan(suite, validated)
     what = Path(req.suite).stem if req.suite else Path(req.experiment).stem
     out_dir = Path(req.out or f"bench-out/{what}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    parent = _open_parent_run(validated[0], suite, req)
+    first = validated[0]
+    parent = _open_parent_run(first.config.tracking, first.loaded.at("tracking.uri"), suite, req)
     result = measure_rounds(suite, jobs, out_dir, parent)
     result.command = command_line(req, suite)
     files = write_files(result, out_dir, bench_md=req.suite is None)
@@ -182,7 +183,7 @@ def _validate(suite: Suite, entry):
     try:
         # a synthetic or torchvision bench runs where DALI is not installed, and makes no data it does not read
         v = validate(entry.experiment, list(entry.overrides), check_pipelines=bool(DALI_LOADERS & set(entry.loaders)))
-        variants(v, list(entry.loaders))
+        variants(v.loaded, list(entry.loaders))
     except RunnerError as e:
         if suite.path is None:
             raise
@@ -190,22 +191,22 @@ def _validate(suite: Suite, entry):
     return v
 
 
-def prepare(suite: Suite, run_notes: Callable[[Any], None]) -> list:
+def prepare(suite: Suite) -> list:
     """Validate every entry, then make the data and caches they read (each once)."""
     validated = [_validate(suite, e) for e in suite.entries]
     noted, made = False, set()
     for entry, v in zip(suite.entries, validated):
         if v.graphs and not noted:
-            run_notes(v)
+            run_notes(v.notes, v.graphs)
             noted = True
-        if note := size_note(v, variants(v, list(entry.loaders))):
+        if note := size_note(v.loaded, variants(v.loaded, list(entry.loaders))):
             console.note(note if suite.path is None else f"entry '{entry.name}': {note}")
         if set(entry.loaders) - {"synthetic"} and str(data_root(v.config.data)) not in made:
             ensure_data(v)
             made.add(str(data_root(v.config.data)))
-        if "cache" in entry.loaders and str(cache_dir(v)) not in made:
-            _ensure_cache(v, cache_dir(v))
-            made.add(str(cache_dir(v)))
+        if "cache" in entry.loaders and str(cache_dir(v.config.data)) not in made:
+            _ensure_cache(v.config.data, cache_dir(v.config.data))
+            made.add(str(cache_dir(v.config.data)))
     return validated
 
 
@@ -257,14 +258,14 @@ def write_files(result: BenchResult, out_dir: Path, *, bench_md: bool) -> list[P
     return files
 
 
-def _ensure_cache(v, dst: Path) -> None:
-    with progress_bar(f"decoding {data_root(v.config.data)} into {dst}") as progress:
-        build_cache(data_root(v.config.data), dst, max_side=256, progress=progress)
+def _ensure_cache(data: DataConfig, dst: Path) -> None:
+    with progress_bar(f"decoding {data_root(data)} into {dst}") as progress:
+        build_cache(data_root(data), dst, max_side=256, progress=progress)
 
 
-def _open_parent_run(v, suite: Suite, req: BenchRequest):
+def _open_parent_run(tracking: TrackingConfig, at: dict, suite: Suite, req: BenchRequest):
     overrides = " ".join(suite.entries[0].overrides if suite.path is None else suite.overrides)
     name = f"bench suite {suite.name}" if suite.path is not None else f"bench {Path(req.experiment).stem}"
-    return parent_run(v, run_name=name, tags={"runner.bench": "parent", "runner.overrides": overrides},
+    return parent_run(tracking, at, run_name=name, tags={"runner.bench": "parent", "runner.overrides": overrides},
                       params={"experiment": suite.entries[0].experiment if suite.path is None else str(suite.path),
                               "overrides": overrides})

@@ -128,11 +128,11 @@ def plan(suite: Suite, validated: list) -> list[Job]:
     jobs: list[Job] = []
     for entry, v, settings in zip(suite.entries, validated, every):
         key = json.dumps(settings, sort_keys=True)
-        chosen = variants(v, list(entry.loaders))
+        chosen = variants(v.loaded, list(entry.loaders))
         ceiling_name = None
         if suite.own_ceilings:
             if key not in ceilings:
-                synthetic = variants(v, ["synthetic"])[0]
+                synthetic = variants(v.loaded, ["synthetic"])[0]
                 label = ceiling_label(settings, every)
                 # an entry that measures only the ceiling (e.g. the cost of a recipe's step) gives the row its name
                 name = f"{entry.name} (ceiling: {label})" if list(entry.loaders) == ["synthetic"] else f"ceiling ({label})"

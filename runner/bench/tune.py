@@ -13,13 +13,17 @@ CPU copy dealt the smallest files.
 """
 from __future__ import annotations
 
+import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from runner.bench.stats import part_waits
-from runner.config.load import load_experiment
+from runner.config.load import LoadedExperiment, load_experiment
 from runner.dist import Dist
 from runner.errors import RunnerError, display_path
 from runner.files import write_text_atomic
@@ -64,12 +68,12 @@ class TuneResult:
         return self.best.images_per_s / self.baseline.images_per_s - 1 if self.baseline.images_per_s else 0.0
 
 
-def knobs(v, processes: int = 1) -> list[Knob]:
-    """The placement options this experiment's train pipeline exposes."""
-    train = v.loaded.pipelines.get("train")
+def knobs(loaded: LoadedExperiment, accelerator: str, processes: int = 1) -> list[Knob]:
+    """The placement options this experiment's train pipeline exposes on `accelerator`."""
+    train = loaded.pipelines.get("train")
     params = train.params if train else {}
     cores = max(1, cpu_cores() // processes)
-    gpu = v.target.accelerator == "gpu"  # without a GPU every step runs on the CPU: no placement to choose
+    gpu = accelerator == "gpu"  # without a GPU every step runs on the CPU: no placement to choose
     out = []
     if gpu and train is not None:  # first: the best share depends on whether DALI's GPU work yields to the model's
         out.append(Knob("trainer.stream_priority", ("default", "high"), "training stream priority"))
@@ -86,12 +90,13 @@ def knobs(v, processes: int = 1) -> list[Knob]:
     return out
 
 
-def baseline_settings(v, ks: list[Knob], processes: int = 1) -> dict[str, Any]:
-    train = v.loaded.pipelines["train"]
-    current = {"pipelines.train.use": train.name, "data.prefetch": v.config.data.prefetch,
-               "trainer.stream_priority": v.config.trainer.stream_priority,
+def baseline_settings(loaded: LoadedExperiment, accelerator: str, ks: list[Knob], processes: int = 1) -> dict[str, Any]:
+    """The knobs' values as the experiment sets them."""
+    train, cfg = loaded.pipelines["train"], loaded.config
+    current = {"pipelines.train.use": train.name, "data.prefetch": cfg.data.prefetch,
+               "trainer.stream_priority": cfg.trainer.stream_priority,
                CPU_SHARE: cpu_share(train),
-               "data.num_threads": dali_threads(v.config.data, Dist(v.target.accelerator, local_world=processes))}
+               "data.num_threads": dali_threads(cfg.data, Dist(accelerator, local_world=processes))}
     for k in ks:
         if k.key.startswith("pipelines.train.params."):
             current[k.key] = train.params[k.key.rsplit(".", 1)[1]]
@@ -170,8 +175,6 @@ def tuned_yaml(result: TuneResult, header: str, include: str) -> str:
 
     The including file wins over its includes, so `runner launch` on it runs the tuned setting.
     """
-    import yaml
-
     nested: dict[str, Any] = {}
     for key, value in expanded(result.best.settings).items():
         node = nested
@@ -284,10 +287,6 @@ def write_tuned(output: Path, experiment: Path, overrides: list[str], result: Tu
     The command repeats the tune's own overrides, except those a tuned key replaces: in the trials the
     tuned keys were applied after them.
     """
-    import os
-    import shlex
-
-
     tuned_keys = list(expanded(result.best.settings))
     kept = [o for o in overrides if not any(_overlaps(_override_key(o), k) for k in tuned_keys)]
     command = shlex.join(["runner", "launch", display_path(output), *kept])

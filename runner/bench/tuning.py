@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from runner import console
 from runner.bench.suite import measure
 from runner.bench.tune import (
@@ -28,6 +30,7 @@ from runner.errors import ConfigError, RunnerError
 from runner.files import check_writable
 from runner.machine import gpu_info
 from runner.run.data import ensure_data
+from runner.run.notes import run_notes
 from runner.run.validate import validate
 
 
@@ -55,21 +58,21 @@ class TuneOutcome:
     command: str = ""                                 # what runs the tuned setting
 
 
-def run_tune(req: TuneRequest, run_notes: Callable[[Any], None],
-             show_trials: Callable[[TuneOutcome], None]) -> TuneOutcome:
+def run_tune(req: TuneRequest, show_trials: Callable[[TuneOutcome], None]) -> TuneOutcome:
     """Search this machine's fastest placement for the experiment's DALI train pipeline and write it;
     `show_trials` gets the trials' table and notes before the file is written (and checked)."""
     path, overrides = req.experiment, req.overrides
     output = check_writable(req.output if req.output else default_output(Path(path)))  # before the trials
     v = validate(path, overrides)
     replacing = check_output(output, v.loaded)
-    run_notes(v)
+    run_notes(v.notes, v.graphs)
     if v.config.data.loader != "dali" or "train" not in v.graphs:
         raise ConfigError("runner tune tunes the DALI train pipeline; this experiment's data.loader is "
                           f"'{v.config.data.loader}'.", file=v.loaded.path, where="data.loader")
     ensure_data(v)
-    ks = knobs(v, v.processes)
-    result = _trials(req, ks, baseline_settings(v, ks, v.processes))
+    accelerator = v.target.accelerator
+    ks = knobs(v.loaded, accelerator, v.processes)
+    result = _trials(req, ks, baseline_settings(v.loaded, accelerator, ks, v.processes))
     title, columns, rows = trial_table(path, req.steps, ks, result)
     notes = [f"trial {t.settings} failed: {t.error}" for t in result.trials if t.error]
     train_dir = split_dir(v.config.data, "train")
@@ -90,9 +93,6 @@ def run_tune(req: TuneRequest, run_notes: Callable[[Any], None],
 
 def _trials(req: TuneRequest, ks: list, start: dict[str, Any]):
     """The search, each trial an end-to-end measurement in a fresh process, under a progress bar."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-
     path, overrides = req.experiment, req.overrides
     out_dir = Path("bench-out") / f"tune-{Path(path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir.mkdir(parents=True, exist_ok=True)

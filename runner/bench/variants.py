@@ -4,6 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from PIL import Image
+
+from runner.config.load import LoadedExperiment
+from runner.config.sections import DataConfig
 from runner.data.paths import data_root
 from runner.errors import ConfigError, did_you_mean
 from runner.loaders.transforms import build_transforms
@@ -16,9 +20,9 @@ class Variant:
     description: str
 
 
-def cache_dir(v) -> Path:
+def cache_dir(data: DataConfig) -> Path:
     """Where bench puts (or finds) the decoded cache of the experiment's data."""
-    root = data_root(v.config.data)
+    root = data_root(data)
     return root.parent / f"{root.name}-cache256"
 
 
@@ -33,28 +37,25 @@ MODES = ("loader", "e2e", "bare", "beside")
 TRAINING_MODES = ("e2e", "beside")  # the modes whose img/s is the model's, each taken as a share of its ceiling
 
 
-def ceiling_side(v) -> int:
+def ceiling_side(loaded: LoadedExperiment) -> int:
     """The side of the ceiling's square images: the train pipeline's `size` param, else data.image_size."""
-    train = v.loaded.pipelines.get("train")
-    return train.params["size"] if train and "size" in train.params else v.config.data.image_size
+    train = loaded.pipelines.get("train")
+    return train.params["size"] if train and "size" in train.params else loaded.config.data.image_size
 
 
-def torchvision_size(v) -> tuple[int, int]:
+def torchvision_size(loaded: LoadedExperiment) -> tuple[int, int]:
     """(height, width) of what data.torchvision.train makes of an image, found by running it on one."""
-    from PIL import Image
-
-
-    train, _ = build_transforms(v.config.data.torchvision, v.loaded.locate)
+    train, _ = build_transforms(loaded.config.data.torchvision, loaded.locate)
     out = train(Image.new("RGB", (320, 240)))
     return tuple(out.shape[-2:]) if hasattr(out, "shape") else out.size[::-1]
 
 
-def size_note(v, chosen: list[Variant]) -> str | None:
+def size_note(loaded: LoadedExperiment, chosen: list[Variant]) -> str | None:
     """A warning when torchvision trains on other images than the ceiling (its transforms are its own)."""
     names = [c.name for c in chosen]
     if "torchvision" not in names or len(names) < 2:
         return None
-    tv, side = torchvision_size(v), ceiling_side(v)
+    tv, side = torchvision_size(loaded), ceiling_side(loaded)
     if tv == (side, side):
         return None
     return (f"data.torchvision.train makes {tv[0]}x{tv[1]} images, the ceiling and the pipelines {side}x{side}: the "
@@ -66,12 +67,12 @@ def _params(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
-def variants(v, names: list[str]) -> list[Variant]:
+def variants(loaded: LoadedExperiment, names: list[str]) -> list[Variant]:
     """The overrides for each named loader, checked against the experiment."""
-    train = v.loaded.pipelines.get("train")
+    train = loaded.pipelines.get("train")
     # the ceiling trains on the same image size as the pipelines it is compared with
     size = (f"data.image_size={train.params['size']}",) if train and "size" in train.params else ()
-    side = ceiling_side(v)
+    side = ceiling_side(loaded)
     table = {
         "synthetic": Variant("synthetic", ("data.loader=synthetic", *size),
                              f"random tensors on the device (ceiling), {side}x{side}"),
@@ -82,14 +83,14 @@ def variants(v, names: list[str]) -> list[Variant]:
                                          "pipelines.train.hybrid=null"),
                             "DALI, JPEG decode on CPU threads"),
         # the cache pipelines have their own parameters: those of the JPEG pipelines are dropped first
-        "cache": Variant("cache", ("data.loader=dali", f"data.root={cache_dir(v)}", "~pipelines.train.params",
+        "cache": Variant("cache", ("data.loader=dali", f"data.root={cache_dir(loaded.config.data)}", "~pipelines.train.params",
                                    "pipelines.train.hybrid=null",
                                    "pipelines.train.use=imagenet_train_cache", *_size("train", train),
                                    "~pipelines.eval", "pipelines.eval.use=imagenet_eval_cache"),
                          "DALI from the pre-decoded cache (max side 256)"),
         "torchvision": Variant("torchvision", ("data.loader=torchvision",),
                                "torchvision DataLoader (PIL on CPU)" + ("" if "torchvision" not in names else
-                                                                        ", {}x{}".format(*torchvision_size(v)))),
+                                                                        ", {}x{}".format(*torchvision_size(loaded)))),
     }
     out = []
     for name in names:
@@ -98,8 +99,8 @@ def variants(v, names: list[str]) -> list[Variant]:
                               file="command line", where="--loaders")
         if name in DALI_LOADERS and train is None:
             raise ConfigError(f"loader '{name}' needs the experiment's DALI pipelines, and this experiment has none "
-                              f"(data.loader is {v.config.data.loader}); benchmark an experiment with pipelines, "
-                              "e.g. experiments/resnet50_dali.yaml.", file=v.loaded.path)
+                              f"(data.loader is {loaded.config.data.loader}); benchmark an experiment with pipelines, "
+                              "e.g. experiments/resnet50_dali.yaml.", file=loaded.path)
         if name == "dali-cpu" and train is not None and "decode_device" not in train.params:
             raise ConfigError(f"loader 'dali-cpu' sets pipelines.train.params.decode_device=cpu, but pipeline "
                               f"'{train.name}' has no decode_device parameter.", file=train.file)
@@ -112,7 +113,7 @@ def step_settings(v) -> dict:
     of these (the loader variants change data.* and pipelines.* alone, so every variant of an experiment does)."""
     cfg = v.config
     return {"model": cfg.model.name, "classes": cfg.model.num_classes, "batch": cfg.data.batch_size,
-            "image": ceiling_side(v), "precision": cfg.trainer.precision, "channels_last": cfg.trainer.channels_last,
+            "image": ceiling_side(v.loaded), "precision": cfg.trainer.precision, "channels_last": cfg.trainer.channels_last,
             "compile": cfg.trainer.compile, "compile_mode": cfg.trainer.compile_mode if cfg.trainer.compile else None,
             "optimizer": cfg.optimizer.name, "label_smoothing": cfg.trainer.label_smoothing,
             "loss": _loss(cfg.trainer.loss),

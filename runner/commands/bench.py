@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from runner import console
 from runner.bench.variants import DEFAULT_LOADERS
-from runner.run.notes import run_notes
 
 
 def register(sub) -> None:
@@ -40,7 +39,7 @@ def run(args) -> int:
     req = BenchRequest(experiment=args.experiment, overrides=tuple(args.overrides), suite=args.suite,
                        loaders=args.loaders, modes=args.modes, repeat=args.repeat, warmup=args.warmup,
                        steps=args.steps, window=args.window, entries=args.entries, out=args.out)
-    outcome = run_bench(req, run_notes)
+    outcome = run_bench(req)
     cols, body = columns(outcome.result), rows(outcome.result)
     # the .md's columns without the descriptions; errors below
     shown = [i for i in filled(cols, body) if cols[i] not in ("configuration", "errors")]

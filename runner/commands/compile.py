@@ -25,8 +25,8 @@ def run(args) -> int:
     if args.output:
         check_writable(args.output)
     v = validate(path, overrides)
-    run_notes(v)
-    label_notes(v)
+    run_notes(v.notes, v.graphs)
+    label_notes(v.label_notes)
     source = compiled_source(v, args.pipeline)
     if args.output:
         write_text_atomic(args.output, source)

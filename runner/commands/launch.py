@@ -27,6 +27,6 @@ def run(args) -> int:
     path, overrides = experiment_and_overrides(args)
     v = validate(path, overrides)
     if not (under_torchrun() and (WORKER_ENV in os.environ or int(os.environ.get("RANK", 0)) > 0)):
-        run_notes(v)  # said once: by the parent, or by rank 0 of a user's own torchrun
-        label_notes(v)
+        run_notes(v.notes, v.graphs)  # said once: by the parent, or by rank 0 of a user's own torchrun
+        label_notes(v.label_notes)
     return launch(v, path, overrides, resume=args.resume, observer=sweep_child(v.config.tracking.tags))

@@ -39,7 +39,6 @@ def check_arguments(args) -> None:
 
 def check_pipeline(v, pipeline: str) -> None:
     """The --pipeline the experiment has: a ConfigError naming the ones it does have otherwise."""
-
     cfg = v.config
     if pipeline == HYBRID and (cfg.data.loader != "dali" or cfg.pipelines.train.hybrid is None):
         why = ("pipelines.train.hybrid is not set" if cfg.data.loader == "dali"
@@ -66,13 +65,13 @@ def run(args) -> int:
     v = validate(path, overrides)
     check_pipeline(v, args.pipeline)
     output = check_writable(args.output or f"{v.config.name}-{args.pipeline}.png")
-    run_notes(v)
-    label_notes(v)
+    run_notes(v.notes, v.graphs)
+    label_notes(v.label_notes)
     ensure_data(v)
     v = checked_with_data(v)
     from runner.preview.batches import epoch_side
 
-    side = epoch_side(v, args.pipeline, args.epoch)
+    side = epoch_side(v.grids, args.pipeline, args.epoch)
     if side is not None:
         console.out.print(side, markup=False, highlight=False)
     png, drawn = preview_png(v, args.pipeline, args.n, args.epoch)

@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from runner.repro.drift import cache_differences, data_differences, label_differences, machine_differences
+    from runner.repro.drift import differences
     from runner.run.data import checked_with_data, ensure_data
     from runner.run.snapshot import write_snapshot
     from runner.tracking.store import get_run, store_uri
@@ -48,13 +48,12 @@ def run(args) -> int:
                      f"{display_path(local)} instead. If it changed since the run's commit, so does the pipeline.")
     overrides = [*overrides, *reproduction_overrides(record.run_id, uri, snap.experiment, overrides)]
     v = _validate(record, snap.experiment, overrides)
-    run_notes(v)
-    label_notes(v)
+    run_notes(v.notes, v.graphs)
+    label_notes(v.label_notes)
     if v.config.data.loader != "synthetic" and v.config.data.root is None:
         ensure_data(v)  # the generated set is deterministic: generate it so its fingerprint can be compared
         v = checked_with_data(v)
-    print_differences(record, machine_differences(record, v) + data_differences(record, v)
-                      + cache_differences(record, v) + label_differences(record, v))
+    print_differences(record, differences(record, v))
     if args.weights:
         return evaluate_weights(record, v, uri, args.weights)
     command = shlex.join(["runner", "launch", display_path(snap.experiment), *overrides])
@@ -63,7 +62,7 @@ def run(args) -> int:
         return 0
     console.note(f"reproducing run {record.run_id} ({record.name}): {command}")
     code = launch(v, str(snap.experiment), overrides)
-    _point_to_compare(record, v, uri)
+    _point_to_compare(record, v.config.tracking, uri)
     return code
 
 
@@ -148,13 +147,13 @@ def cache_advice(record) -> str:
             "files.")
 
 
-def _point_to_compare(record, v, uri: str) -> None:
+def _point_to_compare(record, tracking, uri: str) -> None:
     from runner.tracking.store import find_runs
 
-    if not v.config.tracking.enabled:
+    if not tracking.enabled:
         return
     try:
-        new = find_runs(uri, experiment=v.config.tracking.experiment,
+        new = find_runs(uri, experiment=tracking.experiment,
                         tags={"runner.reproduces": record.run_id}, limit=1)
     except RunnerError:
         return

@@ -31,19 +31,19 @@ def run(args) -> int:
                         file="command line")
     v = validate(experiment, overrides)
     written = stored.tags.get("runner.checkpoint")
-    checkpoint = Path(written) if written and Path(written).is_file() else fetched_checkpoint(v, stored, uri)
+    checkpoint = Path(written) if written and Path(written).is_file() else fetched_checkpoint(v.config.trainer, v.config.name, stored, uri)
     console.note(f"resuming run {args.run_id}: {experiment} {' '.join(overrides)} from {checkpoint}")
     return launch(v, experiment, overrides, resume=str(checkpoint), observer=sweep_child(v.config.tracking.tags))
 
 
-def fetched_checkpoint(v, stored, uri: str) -> Path:
-    """The run's last.pt where this experiment keeps the run's checkpoints, else its last checkpoint in the store,
-    downloaded there (launch.fetch_checkpoint)."""
+def fetched_checkpoint(trainer, experiment: str, stored, uri: str) -> Path:
+    """The run's last.pt where the experiment keeps the run's checkpoints (trainer.checkpoint_dir/EXPERIMENT/), else
+    its last checkpoint in the store, downloaded there (run.resume.fetch_checkpoint)."""
     from runner.errors import DataError
     from runner.run.resume import fetch_checkpoint
 
     try:
-        return fetch_checkpoint(v, stored.run_id, uri)
+        return fetch_checkpoint(stored.run_id, uri, trainer.checkpoint_dir, experiment)
     except DataError:
         raise DataError(f"run {stored.run_id} has no checkpoint on this machine (tag runner.checkpoint: "
                         f"{stored.tags.get('runner.checkpoint') or 'not set'}) and logged none to {uri} "

@@ -101,7 +101,7 @@ def run(args) -> int:
     if sweep.errors:
         console.note(f"{_children(list(sweep.errors))} {'does' if len(sweep.errors) == 1 else 'do'} not validate and "
                      f"will not run; the other {len(sweep.checked)} will.")
-    run_notes(sweep.first)
+    run_notes(sweep.first.notes, sweep.first.graphs)
     return start_sweep(sweep, detach=args.detach)
 
 

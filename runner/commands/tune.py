@@ -4,7 +4,6 @@ from __future__ import annotations
 from runner import console
 from runner.commands.args import add_experiment, experiment_and_overrides
 from runner.errors import display_path
-from runner.run.notes import run_notes
 
 
 def register(sub) -> None:
@@ -28,7 +27,7 @@ def run(args) -> int:
     path, overrides = experiment_and_overrides(args)
     req = TuneRequest(experiment=path, overrides=overrides, output=args.output, warmup=args.warmup, steps=args.steps,
                       window=args.window, max_trials=args.max_trials, min_gain=args.min_gain)
-    outcome = run_tune(req, run_notes, show_trials)
+    outcome = run_tune(req, show_trials)
     replaced = " (replacing the one an earlier runner tune wrote)" if outcome.replacing else ""
     console.out.print(f"wrote {display_path(outcome.output)}{replaced}: {outcome.tuned}\n"
                       f"run the tuned setting: {outcome.command}")

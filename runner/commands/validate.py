@@ -30,8 +30,8 @@ def run(args) -> int:
                           file="command line")
     checked = [validate(path, overrides) for path in files]  # every file checked before anything prints
     for v in checked:
-        run_notes(v)
-        label_notes(v)
+        run_notes(v.notes, v.graphs)
+        label_notes(v.label_notes)
         print_validated(v)
     return 0
 

@@ -56,7 +56,7 @@ def _binds_data_root(source) -> bool:
 
 
 def split_view(loaded: LoadedExperiment, name: str) -> LoadedExperiment:
-    """The experiment with data.eval_split = `name`: what the loaders build for that split."""
+    """The experiment with data.eval_split = `name`: what launch checks of that split."""
     config = loaded.config
     data = dataclasses.replace(config.data, eval_split=name)
     return dataclasses.replace(loaded, config=dataclasses.replace(config, data=data))
@@ -65,7 +65,7 @@ def split_view(loaded: LoadedExperiment, name: str) -> LoadedExperiment:
 def check_eval_splits(loaded: LoadedExperiment, world: int, suffixes: tuple[str, ...]) -> list[str]:
     """Check every extra split as launch checks the eval split (folder, layout, classes by name, one file per
     process for DALI's reader); returns the notes to print (classes a split has no folder for)."""
-    labels, notes = train_label_map(loaded), []
+    labels, notes = train_label_map(loaded.config.data, loaded.at), []
     for name in extra_splits(loaded.config.data):
         view = split_view(loaded, name)
         folder = split_dir(view.config.data, "eval")

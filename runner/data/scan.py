@@ -8,7 +8,9 @@ that listing, so labels and order here are the reader's (tests compare them with
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,8 +271,6 @@ def check_images(root: str | Path, *, workers: int | None = None, progress: Prog
 
 
 def setup_decoder() -> None:
-    import warnings
-
     from PIL import Image, ImageFile
 
     Image.MAX_IMAGE_PIXELS = None            # DALI decodes large images; Pillow's bomb guard would flag them
@@ -290,8 +290,6 @@ def try_decode(path: str) -> tuple[str | None, str | None, str | None]:
 
 def try_decode_bytes(data: bytes) -> tuple[str | None, str | None, str | None]:
     """try_decode for an image held in memory (a shard's sample)."""
-    import io
-
     return _decode(io.BytesIO(data), len(data), lambda: data[:256])
 
 

@@ -2,6 +2,7 @@
 every sample's image decoded and every label read, one process per shard."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -56,8 +57,6 @@ def _check_shard(task: tuple[str, int, str]) -> tuple[list[tuple[str, str]], Cou
 
 def _tar_samples(tar: Path):
     """(where, label, its component, () -> image bytes) for each sample of a WebDataset shard."""
-    import json
-
     samples = parse_index(tar.with_suffix(".idx"))
     labels = read_labels(tar, samples)
     with open(tar, "rb") as f:

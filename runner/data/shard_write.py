@@ -22,8 +22,9 @@ import os
 import random
 import struct
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import NamedTuple
 
@@ -99,7 +100,6 @@ def shard_settings(format: str, shard_mb: float, shuffle_seed: int | None) -> di
     if not shard_mb > 0:
         raise DataError(f"{shard_mb:g} MB: a shard holds at least one image; give a positive size (WebDataset's "
                         "guidance is 100 MB to 1 GB per shard; the default is 256).", where="--shard-size")
-    from importlib.metadata import version
 
     return {"format": format, "version": VERSION, "shard_mb": shard_mb, "shuffle_seed": shuffle_seed,
             format: version(format)}
@@ -281,8 +281,6 @@ def _tfrecord_writer(stream, index: Path):
 
 def _index(tar: Path, index: Path) -> None:
     """DALI's wds2idx over the written tar (GNU tar lists the offsets), into a temporary file renamed into place."""
-    from contextlib import redirect_stdout
-
     from wds2idx import IndexCreator
 
     tmp = temporary_path(index)

@@ -2,6 +2,7 @@
 defines, with a DataError that names the experiment's data key as well as the folder."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,30 +26,33 @@ from runner.errors import DataError, display_path
 
 def scan_split(loaded: LoadedExperiment, role: str, suffixes: tuple[str, ...] | None = None):
     """The reader's view of the role's split; a DataError names the experiment's data key as well as the folder."""
-    return scan_split_at(loaded, role, split_dir(loaded.config.data, role), suffixes)
+    data = loaded.config.data
+    return scan_split_at(data, role, split_dir(data, role), suffixes, num_classes=loaded.config.model.num_classes,
+                         at=loaded.at)
 
 
-def scan_split_at(loaded: LoadedExperiment, role: str, folder: Path, suffixes: tuple[str, ...] | None = None):
-    """scan_split for the folder the role's reader reads (its split, unless the pipeline names another)."""
-    with naming_data_key(loaded, role, folder):
+def scan_split_at(data: DataConfig, role: str, folder: Path, suffixes: tuple[str, ...] | None = None, *,
+                  num_classes: int, at: Callable[[str], dict]):
+    """scan_split for the folder the role's reader reads (its split, unless the pipeline names another); a shard
+    split's labels are checked against `num_classes` (model.num_classes)."""
+    with naming_data_key(data, role, folder, at):
         shards = find_shard_split(folder)
         if shards is not None:  # a split of `runner data shard`: its shards, indexes and labels checked instead
-            check_shard_split(shards, loaded.config.model.num_classes)
+            check_shard_split(shards, num_classes)
             return shards
         return scan_image_folder(folder, suffixes or filter_suffixes(None))
 
 
 @contextmanager
-def naming_data_key(loaded: LoadedExperiment, role: str, folder: Path):
-    """A DataError about the role's folder, raised inside, names the experiment's data key too."""
-    data = loaded.config.data
+def naming_data_key(data: DataConfig, role: str, folder: Path, at: Callable[[str], dict]):
+    """A DataError about the role's folder, raised inside, names the experiment's data key too (`at(key)`)."""
     try:
         yield
     except DataError as e:
         key = "data.root"
         if data_root(data).is_dir() and not folder.exists():  # the root is there, the split name is not
             key = "data.train_split" if role == "train" else "data.eval_split"
-        raise DataError(f"{e.file}: {e.message}", **loaded.at(key)) from None
+        raise DataError(f"{e.file}: {e.message}", **at(key)) from None
 
 
 def check_split_sizes(loaded: LoadedExperiment, world: int, suffixes: dict[str, tuple[str, ...]], *,
@@ -81,14 +85,13 @@ def _readable_count(data: DataConfig, role: str, suffixes: tuple[str, ...]) -> i
     return len(readable_files(split_dir(data, role), suffixes, keep_skipped=not data.skip_bad_files))
 
 
-def train_label_map(loaded: LoadedExperiment) -> LabelMap | None:
+def train_label_map(data: DataConfig, at: Callable[[str], dict]) -> LabelMap | None:
     """The label map the train split's class folders define (data.labels), or None where no folder is read
     (the synthetic loader) or the train split is not there yet."""
-    data = loaded.config.data
     folder = split_dir(data, "train")
     if data.loader == "synthetic" or not folder.is_dir():
         return None
-    with naming_data_key(loaded, "train", folder):
+    with naming_data_key(data, "train", folder, at):
         return load_label_map(folder)
 
 
@@ -109,7 +112,7 @@ def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
     """(the train split's label map or None, notes to print once): raises when the eval split holds classes the
     train split lacks, or model.num_classes is below the class count. After checked_pipelines, whose scans of
     the folders (with the readers' file filters) report a broken split first."""
-    labels = train_label_map(loaded)
+    labels = train_label_map(loaded.config.data, loaded.at)
     if labels is None:
         return None, []
     data, notes = loaded.config.data, []
@@ -118,7 +121,7 @@ def check_labels(loaded: LoadedExperiment) -> tuple[LabelMap | None, list[str]]:
     folder = split_dir(data, "eval")
     reads_eval = data.loader == "torchvision" or loaded.config.pipelines.eval is not None
     if reads_eval and folder.is_dir() and folder.resolve() != labels.folder.resolve():
-        with naming_data_key(loaded, "eval", folder):
+        with naming_data_key(data, "eval", folder, loaded.at):
             extra, missing = split_classes(labels, folder)
         if extra:
             raise extra_classes_error(labels, folder, extra, loaded.at("data.root"))

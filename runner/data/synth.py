@@ -143,7 +143,6 @@ def _existing(root: Path, settings: dict) -> SynthSummary:
         raise DataError(f"cannot read this marker ({type(e).__name__}: {e}); remove the folder to generate "
                         "the set again.", file=marker) from None
     if old != settings:
-
         raise DataError(f"holds a synthetic dataset made with other settings: {settings_diff(old, settings)}. Remove it or choose "
                         "another folder (data.synth.dir keeps one folder per setting).", file=root)
     return summary

@@ -104,19 +104,19 @@ def literal_problem(value: Any, dali_type: str) -> str | None:
     return None
 
 
-def _fits(v: Any, base: str) -> bool:
+def _fits(value: Any, base: str) -> bool:
     """What DALI's own conversion (bool(), int(), float() of the value) takes without changing what was meant:
     numbers for bools (mirror=1), bools and whole floats for integers, any number for floats."""
-    number = isinstance(v, (int, float))
+    number = isinstance(value, (int, float))
     if base == "BOOL":
         return number
     if base in _INTS:
-        whole = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
-        return whole and (v >= 0 or not base.startswith("U"))
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        return whole and (value >= 0 or not base.startswith("U"))
     if base in _FLOATS:
         return number
     if base in ("STRING", "TENSOR_LAYOUT"):
-        return isinstance(v, str)
+        return isinstance(value, str)
     if base == "PYTHON_OBJECT":
         return False
     return True

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -241,7 +242,6 @@ class Catalog:
     def fn(self, op: OpInfo) -> Callable:
         """The DALI callable for a checked operator (the name came from this catalog, not from YAML)."""
         if op.python:
-            import importlib
             module, func = op.schema.rsplit(".", 1)
             return getattr(importlib.import_module(module), func)
         from nvidia.dali import fn

@@ -524,26 +524,26 @@ class _Checker:
 def _names_used(call: Value) -> list[str]:
     out: list[str] = []
 
-    def visit(v: Value) -> None:
-        if isinstance(v, Name):
-            out.append(v.id)
-        elif isinstance(v, Gpu):
-            out.append(v.stream.id)
-        elif isinstance(v, Call):
-            for x in v.inputs:
+    def visit(value: Value) -> None:
+        if isinstance(value, Name):
+            out.append(value.id)
+        elif isinstance(value, Gpu):
+            out.append(value.stream.id)
+        elif isinstance(value, Call):
+            for x in value.inputs:
                 visit(x)
-            for _, x in v.kwargs:
+            for _, x in value.kwargs:
                 visit(x)
-        elif isinstance(v, Seq):
-            for x in v.items:
+        elif isinstance(value, Seq):
+            for x in value.items:
                 visit(x)
-        elif isinstance(v, Arith):
-            visit(v.left)
-            visit(v.right)
-        elif isinstance(v, Unary):
-            visit(v.operand)
-        elif isinstance(v, MathCall):
-            for x in [*v.args, *(x for _, x in v.kwargs)]:
+        elif isinstance(value, Arith):
+            visit(value.left)
+            visit(value.right)
+        elif isinstance(value, Unary):
+            visit(value.operand)
+        elif isinstance(value, MathCall):
+            for x in [*value.args, *(x for _, x in value.kwargs)]:
                 visit(x)
     visit(call)
     return out

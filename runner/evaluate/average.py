@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from runner import console
 from runner.config.load import is_override
 from runner.config.sections import TrackingConfig
@@ -103,8 +105,6 @@ def link_run(record, store: str, path: Path, state: dict[str, Any], rule: Rule, 
 
 def print_average(record, rule: Rule, chosen: list[Kept], key: str, new, path: Path) -> None:
     """Each averaged checkpoint's epoch, step and scores (of the weights averaged), and the average's (run `new`)."""
-    from rich.markup import escape
-
     prefix = "eval_ema" if key == "ema" else "eval"
     extra = [rule.metric] if rule.kind == "best" and rule.metric not in {f"{prefix}/{m}" for m in
                                                                          ("top1", "top5", "loss")} else []

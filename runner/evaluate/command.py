@@ -18,6 +18,8 @@ import yaml
 
 from runner import console, dist
 from runner.config.frozen import IDENTITY_TAGS
+from runner.config.sections import DataConfig
+from runner.data.labels import LabelMap
 from runner.data.paths import split_dir
 from runner.dist import Dist, under_torchrun
 from runner.errors import ConfigError, DataError, display_path
@@ -111,31 +113,29 @@ def source_overrides(src: Source, user: list[str]) -> list[str]:
     return out + user  # the user's own settings come last and win
 
 
-def check_label_map(state: dict[str, Any], v, weights: Path) -> None:
-    """Refuse data whose class folders number the classes otherwise than the run that trained the weights: its
-    outputs would be scored against other classes' labels."""
+def check_label_map(state: dict[str, Any], data: DataConfig, labels: LabelMap | None, weights: Path,
+                    at: dict[str, Any]) -> None:
+    """Refuse data whose class folders number the classes otherwise (`labels`, the train split's map) than the run
+    that trained the weights: its outputs would be scored against other classes' labels. `at`: data.root's place."""
     saved = (state.get("fixed_settings") or {}).get("data.label_map")
-    if saved is None or v.config.data.loader == "synthetic":
+    if saved is None or data.loader == "synthetic":
         return
-
-    train = split_dir(v.config.data, "train")
-    if v.labels is None:
+    train = split_dir(data, "train")
+    if labels is None:
         raise DataError(f"the weights in {display_path(weights)} were trained on a label map of {saved}, which "
                         f"runner rebuilds from the train split's class folders; {display_path(train)} is not here. "
-                        "Point data.root (or data.train_split) at a folder holding the run's class folders.",
-                        **v.loaded.at("data.root"))
-    if v.labels.digest != saved:
-        raise DataError(f"the class folders of {display_path(train)} map class names to labels as {v.labels.digest}, "
+                        "Point data.root (or data.train_split) at a folder holding the run's class folders.", **at)
+    if labels.digest != saved:
+        raise DataError(f"the class folders of {display_path(train)} map class names to labels as {labels.digest}, "
                         f"but the weights in {display_path(weights)} were trained on "
                         f"{saved}: their outputs would be scored against other classes' labels. Point data.root "
-                        "(or data.train_split) at the class folders the run trained on.", **v.loaded.at("data.root"))
+                        "(or data.train_split) at the class folders the run trained on.", **at)
 
 
 def evaluate_command(source: str, experiment: str | None, overrides: list[str], uri: str | None,
                      out: Path = Path("evaluated")) -> int:
     """`runner evaluate`: resolve what is evaluated, check the data, run the evaluation here or under torchrun."""
     if under_torchrun():
-
         if WORKER_ENV not in os.environ or experiment is None:
             raise ConfigError("runner evaluate starts its own processes: run it without torchrun, with "
                               "trainer.devices=N for N processes.", where="torchrun")
@@ -149,7 +149,7 @@ def evaluate_command(source: str, experiment: str | None, overrides: list[str], 
     if v.target.world == 1:
         return run_eval_worker(v, src.weights, state)
 
-    return run_torchrun(torchrun_args(v, str(src.experiment), overrides, [],
+    return run_torchrun(torchrun_args(v.config.trainer, v.processes, str(src.experiment), overrides, [],
                                       command=("evaluate", str(src.weights.resolve()))), v.processes)
 
 
@@ -159,11 +159,11 @@ def prepared(v, state: dict[str, Any], weights: Path):
     if v.config.data.loader == "dali" and v.config.pipelines.eval is None:
         raise ConfigError("the experiment has no eval pipeline (pipelines.eval is not set): set one, e.g. "
                           "pipelines.eval.use=imagenet_eval, or data.loader=torchvision.", **v.loaded.at("pipelines"))
-    run_notes(v)
-    label_notes(v)
+    run_notes(v.notes, v.graphs)
+    label_notes(v.label_notes)
     ensure_data(v, train=False)
     v = checked_with_data(v)
-    check_label_map(state, v, weights)
+    check_label_map(state, v.config.data, v.labels, weights, v.loaded.at("data.root"))
     return v
 
 
@@ -177,7 +177,7 @@ def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> in
         state = state or load_weights_file(weights)
         cfg, tc = v.config, v.config.trainer
         configure_torch(cfg, d)
-        loaders = create_eval_loaders(v, d)
+        loaders = create_eval_loaders(v.loaders, d)
         import torch
 
         criterion = torch.nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)  # the loss launch reports
@@ -217,7 +217,7 @@ def evaluate_main_split(v, state: dict[str, Any], path: Path) -> dict[str, float
 
 
     d = Dist(accelerator=v.target.accelerator)
-    loader = create_loader(v, "eval", d)
+    loader = create_loader(v.loaders, "eval", d)
     if loader is None:
         raise ConfigError("the experiment has no eval pipeline to evaluate the checkpoint with; set pipelines.eval.",
                           **v.loaded.at("pipelines.eval"))

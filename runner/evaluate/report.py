@@ -26,7 +26,8 @@ def finish_evaluation(v, d, state: dict[str, Any], weights: Path, results: dict[
     tracker = create_tracker(cfg.tracking, rank=d.rank, at=v.loaded.at("tracking.uri"))
     try:
         # the split it evaluated, as a dataset of the run (not the train split: this run trains on nothing)
-        fingerprints = {role: found for role, found in split_fingerprints(v).items() if role == "eval"}
+        fingerprints = {role: found for role, found in split_fingerprints(v.config.data, v.graphs).items()
+                        if role == "eval"}
         tracker.start(run_params(v, d.world, fingerprints))
         log_run_inputs(v, tracker, d.world, fingerprints)
         tracker.set_tags({EVALUATES_TAG: source or "", "runner.evaluated_checkpoint": str(weights.resolve()),
@@ -40,7 +41,7 @@ def finish_evaluation(v, d, state: dict[str, Any], weights: Path, results: dict[
         tracker.finish("FAILED")
         raise
     finished = tracker.finish("FINISHED")
-    print_evaluation(v, results, names, source, weights, finished.message)
+    print_evaluation(cfg.name or v.loaded.path.stem, results, names, source, weights, finished.message)
 
 
 def description(tracking, source: str | None, weights: Path, state: dict[str, Any]) -> str:
@@ -55,10 +56,11 @@ def description(tracking, source: str | None, weights: Path, state: dict[str, An
     return f"Evaluation of run {link}: its weights in `{weights}` (step {state.get('step', 0)})."
 
 
-def print_evaluation(v, results: dict[str, Evaluation], names: list[str], source: str | None, weights: Path,
-                     tracked: str) -> None:
+def print_evaluation(experiment: str, results: dict[str, Evaluation], names: list[str], source: str | None,
+                     weights: Path, tracked: str) -> None:
+    """The evaluation's tables on the terminal; `experiment`: its name in the title."""
     out = console.out
-    title = f"{v.config.name or v.loaded.path.stem}: evaluation of " + (f"run {source}" if source else str(weights))
+    title = f"{experiment}: evaluation of " + (f"run {source}" if source else str(weights))
     rows = [[escape(p), f"{ev.samples}", console.percent(ev.top1 / max(ev.samples, 1)),
              console.percent(ev.top5 / max(ev.samples, 1)), f"{ev.loss_sum / max(ev.samples, 1):.4f}"]
             for p, ev in results.items()]

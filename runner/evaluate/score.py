@@ -6,9 +6,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.data.eval_splits import extra_splits, split_prefix, split_view
+from runner.data.eval_splits import extra_splits, split_prefix
 from runner.dist import Dist, all_sum
 from runner.evaluate.sums import Evaluation
+from runner.loaders.config import LoaderConfig
 from runner.loaders.loader import create_loader
 from runner.models.device import model_input, predict
 from runner.preview.batches import BatchPreview
@@ -65,13 +66,9 @@ def evaluate_nets(nets: dict[str, nn.Module], loaders: dict[str, Any], criterion
     return out
 
 
-def create_eval_loaders(v, d: Dist) -> dict[str, Any]:
+def create_eval_loaders(cfg: LoaderConfig, d: Dist) -> dict[str, Any]:
     """metric prefix -> eval loader: `eval` for data.eval_split, `eval_NAME` for each of data.eval_splits."""
-    import dataclasses
-
-
-    views = {"eval": v} | {split_prefix(name): dataclasses.replace(v, loaded=split_view(v.loaded, name))
-                           for name in extra_splits(v.config.data)}
+    views = {"eval": cfg} | {split_prefix(name): cfg.for_eval_split(name) for name in extra_splits(cfg.data)}
     loaders = {prefix: create_loader(view, "eval", d) for prefix, view in views.items()}
     return {prefix: loader for prefix, loader in loaders.items() if loader is not None}  # None: no eval pipeline
 

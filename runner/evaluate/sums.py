@@ -10,7 +10,9 @@ import csv
 import io
 import json
 import re
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -97,10 +99,6 @@ def _csv(rows: list[list]) -> str:
 def log_evaluation(tracker, ev: Evaluation, prefix: str, classes: list[str]) -> None:
     """evaluation/PREFIX.json (metrics, per class, matrix), PREFIX_per_class.csv, PREFIX_confusion.csv and the
     heat map PREFIX_confusion.png, as artifacts of the tracker's run."""
-    import tempfile
-    from pathlib import Path
-
-
     tracker.log_text(ev.to_json(prefix, classes), f"evaluation/{prefix}.json")
     tracker.log_text(ev.per_class_csv(classes), f"evaluation/{prefix}_per_class.csv")
     tracker.log_text(ev.confusion_csv(classes), f"evaluation/{prefix}_confusion.csv")

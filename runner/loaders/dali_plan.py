@@ -4,10 +4,12 @@ each pipeline's DALI arguments (read from the data section here, where they are 
 from __future__ import annotations
 
 import dataclasses
+import os
+import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.config.load import LoadedExperiment, PipelineSource
+from runner.config.load import PipelineSource
 from runner.config.sections import HYBRID, DataConfig, HybridConfig, PipelinesConfig
 from runner.data.labels import LabelMap
 from runner.data.paths import split_dir
@@ -22,6 +24,7 @@ from runner.dsl.emit import emit_source
 from runner.dsl.parse import parse_pipeline
 from runner.errors import ConfigError, display_path
 from runner.loaders.affinity import PROCESS_CORES
+from runner.loaders.config import LoaderConfig
 from runner.loaders.epochs import repeat_indices
 from runner.loaders.slots import slot_views
 from runner.machine import cpu_cores
@@ -50,17 +53,17 @@ def hybrid_copy(source: PipelineSource) -> PipelineSource:
                                explicit_params=source.explicit_params | frozenset(changed))
 
 
-def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, ...] | None = None,
+def checked_pipelines(cfg: LoaderConfig, target: Dist, roles: tuple[str, ...] | None = None,
                       epoch: int | None = None) -> dict:
     """role -> CheckedGraph for the experiment's pipelines (all of them, or `roles`); a hybrid train pipeline
     adds its copy under HYBRID. With `epoch` and data.repeats, the train reader reads that epoch's own file list."""
     graphs: dict = {}
-    place = dict(rank=target.rank, world=target.world, seed=loaded.config.seed)
-    labels = train_label_map(loaded)
-    for role, source in loaded.pipelines.items():
+    place = dict(rank=target.rank, world=target.world, seed=cfg.seed)
+    labels = train_label_map(cfg.data, cfg.at)
+    for role, source in cfg.sources.items():
         if roles is not None and role not in roles:
             continue
-        graph = parse_pipeline(bind_params(source, loaded.config.data))
+        graph = parse_pipeline(bind_params(source, cfg.data))
         # devices are checked as written even on a CPU machine, so a laptop catches GPU placement mistakes
         checked = _check_shape(check_graph(graph, target="gpu", **place), role)
         if source.hybrid is None:
@@ -68,17 +71,17 @@ def checked_pipelines(loaded: LoadedExperiment, target: Dist, roles: tuple[str, 
             if shards is not None:
                 graphs[role] = check_graph(graph, target=target.accelerator, shards=shards, **place)
                 continue
-            files = reader_file_list(loaded, role, checked, labels)
-            if role == "train" and epoch is not None and loaded.config.data.repeats > 1:
-                files = repeat_file_list(loaded, files, target, epoch)
+            files = reader_file_list(cfg, role, checked, labels)
+            if role == "train" and epoch is not None and cfg.data.repeats > 1:
+                files = repeat_file_list(cfg, files, target, epoch)
                 graphs[role] = check_graph(graph, target=target.accelerator, file_list=files, own_order=True,
                                            **{**place, "rank": 0, "world": 1})
                 continue
             graphs[role] = _placed(graph, checked, target, files, place)
             continue
-        copy = parse_pipeline(bind_params(hybrid_copy(source), loaded.config.data))
+        copy = parse_pipeline(bind_params(hybrid_copy(source), cfg.data))
         copy_checked = _check_shape(check_graph(copy, target="gpu", **place), role)
-        base_list, copy_list = hybrid_file_lists(loaded, checked)
+        base_list, copy_list = hybrid_file_lists(cfg, checked)
         graphs[role] = _placed(graph, checked, target, base_list, place)
         graphs[HYBRID] = _placed(copy, copy_checked, target, copy_list, place)
     return graphs
@@ -109,14 +112,14 @@ def hybrid_batches(data: DataConfig, hybrid: HybridConfig) -> tuple[int, int]:
     return data.batch_size - copy, copy
 
 
-def check_hybrid_batches(loaded: LoadedExperiment) -> tuple[int, int]:
+def check_hybrid_batches(cfg: LoaderConfig) -> tuple[int, int]:
     """hybrid_batches, or a ConfigError at pipelines.train.hybrid.share when one copy would make no image."""
-    batch, share = loaded.config.data.batch_size, loaded.pipelines["train"].hybrid.share
-    base, copy = hybrid_batches(loaded.config.data, loaded.pipelines["train"].hybrid)
+    batch, share = cfg.data.batch_size, cfg.sources["train"].hybrid.share
+    base, copy = hybrid_batches(cfg.data, cfg.sources["train"].hybrid)
     if not 0 < copy < batch:
         raise ConfigError(f"{share:g} of a batch of {batch} (data.batch_size) is {copy} image(s), so one copy of the "
                           f"pipeline would make none; choose a share between {1 / batch:.3g} and {1 - 1 / batch:.3g}.",
-                          **loaded.at("pipelines.train.hybrid.share"))
+                          **cfg.at("pipelines.train.hybrid.share"))
     return base, copy
 
 
@@ -126,28 +129,25 @@ def _first_operator(graph):
     return node if isinstance(node, OpNode) else None
 
 
-def hybrid_file_lists(loaded: LoadedExperiment, graph) -> tuple[str | None, str | None]:
+def hybrid_file_lists(cfg: LoaderConfig, graph) -> tuple[str | None, str | None]:
     """The split's files dealt between the two copies in proportion to their part of each batch, at random (the
     experiment's seed) or by size (hybrid.deal), as two reader file lists; (None, None) while the split does not
     exist yet."""
-    import random
-
-
     reader = _first_operator(graph)
     given = dict(reader.kwargs) if reader is not None else {}
     if reader is None or reader.op.name != "readers.file" or "file_root" not in given or "file_list" in given \
             or "files" in given:
         raise ConfigError("a hybrid pipeline deals the split's files between its two copies, so its reader must be "
                           "readers.file(file_root=...) without file_list or files.",
-                          **loaded.at("pipelines.train.hybrid"))
-    base, copy = check_hybrid_batches(loaded)
-    folder = split_dir(loaded.config.data, "train")
+                          **cfg.at("pipelines.train.hybrid"))
+    base, copy = check_hybrid_batches(cfg)
+    folder = split_dir(cfg.data, "train")
     if not folder.is_dir():
         return None, None
-    files = readable_files(folder, reader_suffixes(graph), keep_skipped=not loaded.config.data.skip_bad_files)
+    files = readable_files(folder, reader_suffixes(graph), keep_skipped=not cfg.data.skip_bad_files)
     order = list(range(len(files)))
-    random.Random(loaded.config.seed).shuffle(order)
-    deal = loaded.pipelines["train"].hybrid.deal
+    random.Random(cfg.seed).shuffle(order)
+    deal = cfg.sources["train"].hybrid.deal
     if deal != "random":  # decode time grows with the file: hand the cheap (or dear) ones to the copy
         order.sort(key=lambda i: (folder / files[i][0]).stat().st_size, reverse=deal == "smallest")
     cut = round(len(files) * base / (base + copy))
@@ -190,7 +190,7 @@ def reader_shards(graph) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return tuple(str(p) for p in split.shards), tuple(str(p) for p in split.indexes)
 
 
-def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMap | None) -> str | None:
+def reader_file_list(cfg: LoaderConfig, role: str, graph, labels: LabelMap | None) -> str | None:
     """The `file_list` a readers.file(file_root=...) reader gets in place of numbering the folder's classes by
     position: its files labelled by class name from the train split's map (`labels`), without the skip-listed
     ones when data.skip_bad_files (see data.skips). None for other readers, or while the data is not there."""
@@ -208,27 +208,22 @@ def reader_file_list(loaded: LoadedExperiment, role: str, graph, labels: LabelMa
     if is_shard_split(folder):
         raise ConfigError(f"{folder} holds WebDataset shards (`runner data shard`), but the {role} pipeline reads "
                           "files with readers.file. Read them with a readers.webdataset pipeline: "
-                          f"pipelines.{role}.use=imagenet_{role}_wds.", **loaded.at(f"pipelines.{role}"))
+                          f"pipelines.{role}.use=imagenet_{role}_wds.", **cfg.at(f"pipelines.{role}"))
 
-    scan = scan_split_at(loaded, role, folder, reader_suffixes(graph))
-    path, _ = labelled_file_list(scan, labels, keep_skipped=not loaded.config.data.skip_bad_files,
-                                 at=loaded.at("data.root"))
+    scan = scan_split_at(cfg.data, role, folder, reader_suffixes(graph), num_classes=cfg.num_classes, at=cfg.at)
+    path, _ = labelled_file_list(scan, labels, keep_skipped=not cfg.data.skip_bad_files, at=cfg.at("data.root"))
     return str(path)
 
 
-def repeat_file_list(loaded: LoadedExperiment, files: str | None, target: Dist, epoch: int) -> str:
+def repeat_file_list(cfg: LoaderConfig, files: str | None, target: Dist, epoch: int) -> str:
     """This rank's file list of `epoch` under data.repeats, in the order to read it (loaders.epochs.repeat_indices
     over the labelled split `files`). The lists this process wrote for its other epochs are removed: DALI reads a
     list when it builds the reader, and ImageNet's are megabytes each."""
-    import os
-
-
     if files is None:
         raise ConfigError("repeated augmentation deals the train split's files to the processes each epoch, so the "
                           "train pipeline's reader must be readers.file(file_root=$data_root) without files or "
-                          "file_list, over a split that exists.", **loaded.at("data.repeats"))
+                          "file_list, over a split that exists.", **cfg.at("data.repeats"))
     entries = [line.rsplit(" ", 1) for line in Path(files).read_bytes().decode("utf-8", "surrogateescape").splitlines()]
-    cfg = loaded.config
     order = repeat_indices(len(entries), cfg.data.repeats, target.rank, target.world, cfg.seed, epoch)
     tag = f"repeats-p{os.getpid()}-r{target.rank}"
     out = write_file_list(split_dir(cfg.data, "train"), [(entries[i][0], int(entries[i][1])) for i in order],
@@ -246,7 +241,6 @@ def dali_threads(data: DataConfig, target: Dist) -> int:
         return int(data.num_threads)
     slots = max(1, target.slots)  # gradient accumulation: one pipeline per slot, all in this process
     if data.reserved_cores:
-
         return max(1, (len(PROCESS_CORES) // max(1, target.local_world) - data.reserved_cores) // slots)
     return max(1, int(cpu_cores() / max(1, target.local_world) / slots * 0.75))
 
@@ -287,5 +281,5 @@ def compiled_source(v, role: str) -> str:
     if role != "eval" and v.accumulation > 1:  # each reader slot is a shard of processes x accumulation: slot 0's
 
         target = slot_views(v.target, v.accumulation)[0]
-        graph = checked_pipelines(v.loaded, target, roles=("train",))[role]
+        graph = checked_pipelines(v.loaders, target, roles=("train",))[role]
     return emit_source(graph, pipeline_args(cfg.data, cfg.pipelines, role, target, cfg.seed), origin=origin)

@@ -7,12 +7,12 @@ pipeline's own reader position, so a resume in the middle of the ramp rebuilds t
 continues where it stopped. The torchvision loader takes repeats in its sampler and needs no rebuild."""
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from runner.config.sections import ResolutionConfig
 from runner.errors import ConfigError
+from runner.loaders.config import LoaderConfig
 
 
 def resolution_at(r: ResolutionConfig, epoch: int) -> int:
@@ -37,28 +37,22 @@ def repeat_indices(n: int, repeats: int, rank: int, world: int, seed: int, epoch
     return list(sampler)
 
 
-def scheduled(cfg) -> bool:
+def scheduled(cfg: LoaderConfig) -> bool:
     """Whether the experiment's DALI train pipeline changes with the epoch."""
     return cfg.pipelines.train.resolution is not None or cfg.data.repeats > 1
 
 
-def epoch_key(cfg, epoch: int) -> Hashable:
+def epoch_key(cfg: LoaderConfig, epoch: int) -> Hashable:
     """What the DALI train pipeline of `epoch` is built from: its side, and the epoch itself when its file list
     (repeats) is new each epoch."""
     r = cfg.pipelines.train.resolution
     return (resolution_at(r, epoch) if r is not None else None, epoch if cfg.data.repeats > 1 else None)
 
 
-def epoch_view(v, epoch: int):
-    """The validated experiment `v` as epoch `epoch` trains: the train pipeline's resolution param set."""
-    r = v.config.pipelines.train.resolution
-    if r is None:
-        return v
-    source = v.loaded.pipelines["train"]
-    source = dataclasses.replace(source, params={**source.params, r.param: resolution_at(r, epoch)},
-                                 explicit_params=source.explicit_params | {r.param})
-    return dataclasses.replace(v, loaded=dataclasses.replace(v.loaded, pipelines={**v.loaded.pipelines,
-                                                                                   "train": source}))
+def epoch_view(cfg: LoaderConfig, epoch: int) -> LoaderConfig:
+    """The loaders' config as epoch `epoch` trains: the train pipeline's resolution param set."""
+    r = cfg.pipelines.train.resolution
+    return cfg if r is None else cfg.with_params("train", {r.param: resolution_at(r, epoch)})
 
 
 def check_epoch_plan(loaded) -> None:

@@ -15,6 +15,7 @@ from runner.data.skips import skipped_files
 from runner.data.splits import train_label_map
 from runner.dist import Dist
 from runner.errors import DataError, display_path
+from runner.loaders.config import LoaderConfig
 from runner.loaders.epochs import repeat_indices
 from runner.loaders.transforms import build_transforms
 from runner.machine import cpu_cores
@@ -129,22 +130,22 @@ class FolderLoader:
         self._epoch = 0
 
     @classmethod
-    def create(cls, v, role: str, target: Dist, *, state: Any = None) -> FolderLoader:
+    def create(cls, loader: LoaderConfig, role: str, target: Dist, *, state: Any = None) -> FolderLoader:
         from torchvision.datasets import ImageFolder
 
 
-        cfg, device = v.config.data, target.device
+        cfg, device = loader.data, target.device
         tv = cfg.torchvision
-        train_tf, eval_tf = build_transforms(tv, v.loaded.locate)
+        train_tf, eval_tf = build_transforms(tv, loader.locate)
         root = split_dir(cfg, role)
         if not root.is_dir():
             raise DataError(f"{role} data folder {root} does not exist (data.root/{cfg.train_split if role == 'train' else cfg.eval_split}).")
         dataset = ImageFolder(str(root), transform=train_tf if role == "train" else eval_tf, loader=load_rgb)
-        label_by_name(dataset, train_label_map(v.loaded), v.loaded.at("data.root"))
+        label_by_name(dataset, train_label_map(cfg, loader.at), loader.at("data.root"))
         if cfg.skip_bad_files:
             _skip_listed(dataset, root)
         batch = cfg.batch_size if role == "train" else (cfg.eval_batch_size or cfg.batch_size)
-        sampler = _ShardSampler(len(dataset), target, v.config.seed, shuffle=role == "train", batch=batch,
+        sampler = _ShardSampler(len(dataset), target, loader.seed, shuffle=role == "train", batch=batch,
                                 drop_last=role == "train", repeats=cfg.repeats if role == "train" else 1)
         if role == "train" and sampler.length == 0:
             raise DataError(f"the training set has {len(dataset)} images: fewer than one batch of {batch} per process.")
@@ -152,7 +153,7 @@ class FolderLoader:
         workers = max(0, cpu_cores() // (target.local_world * target.slots) - 1) if tv.num_workers == "auto" \
             else tv.num_workers
         loader = DataLoader(SeededSamples(dataset), batch_size=batch, sampler=sampler, num_workers=workers,
-                            generator=torch.Generator().manual_seed(v.config.seed),  # not the training RNG's draws
+                            generator=torch.Generator().manual_seed(loader.seed),  # not the training RNG's draws
                             pin_memory=tv.pin_memory and device.type == "cuda", drop_last=role == "train",
                             persistent_workers=tv.persistent_workers and workers > 0,
                             prefetch_factor=tv.prefetch_factor if workers > 0 else None)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.dist import Dist
+from runner.loaders.config import LoaderConfig
 from runner.loaders.dali import DaliLoader
 from runner.loaders.dali_plan import checked_pipelines
 from runner.loaders.epochs import EpochLoader, epoch_key, epoch_view, scheduled
@@ -29,33 +30,28 @@ class Loader(Protocol):
     def close(self) -> None: ...
 
 
-def create_loader(v, role: str, d: Dist, *, state: Any = None, checkpointing: bool = False,
+def create_loader(cfg: LoaderConfig, role: str, d: Dist, *, state: Any = None, checkpointing: bool = False,
                   feeds_model: bool = True) -> Loader | None:
-    """The loader the experiment names, for `role` on this rank; None when there is no eval pipeline.
+    """The loader data.loader names, for `role` on this rank; None when there is no eval pipeline.
     `feeds_model`: False where nothing trains on the images (preview, loader-only timing), so a DALI pipeline
     may make any output, e.g. uint8 images before normalization."""
-    cfg = v.config
     if cfg.data.loader == "dali":
-
         if role == "train" and scheduled(cfg):  # a pipeline per epoch: its side, its file list
             def build(epoch: int, epoch_state: Any):
-                return _dali_loader(epoch_view(v, epoch), role, d, epoch_state, checkpointing, feeds_model, epoch)
+                return _dali_loader(epoch_view(cfg, epoch), role, d, epoch_state, checkpointing, feeds_model, epoch)
             return EpochLoader(build, lambda epoch: epoch_key(cfg, epoch), state)
-        return _dali_loader(v, role, d, state, checkpointing, feeds_model)
+        return _dali_loader(cfg, role, d, state, checkpointing, feeds_model)
     if cfg.data.loader == "torchvision":
-
-        return FolderLoader.create(v, role, d, state=state)
-
-    return SyntheticLoader.create(v, role, d)
+        return FolderLoader.create(cfg, role, d, state=state)
+    return SyntheticLoader.create(cfg, role, d)
 
 
-def _dali_loader(v, role: str, d: Dist, state: Any, checkpointing: bool, feeds_model: bool,
+def _dali_loader(cfg: LoaderConfig, role: str, d: Dist, state: Any, checkpointing: bool, feeds_model: bool,
                  epoch: int | None = None):
-    cfg = v.config
-    graphs = checked_pipelines(v.loaded, d, roles=(role,), epoch=epoch)
+    graphs = checked_pipelines(cfg, d, roles=(role,), epoch=epoch)
     if role not in graphs:
         return None
-    return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, at=v.loaded.at,
+    return DaliLoader.create(cfg.data, cfg.pipelines, graphs, role, d, seed=cfg.seed, at=cfg.at,
                              state=state, checkpointing=checkpointing, feeds_model=feeds_model,
                              sharded=not (role == "train" and epoch is not None and cfg.data.repeats > 1))
 
@@ -104,10 +100,10 @@ class SlotLoader:
             loader.close()
 
 
-def create_train_loader(v, d: Dist, accumulation: int, *, state: Any = None,
+def create_train_loader(cfg: LoaderConfig, d: Dist, accumulation: int, *, state: Any = None,
                         checkpointing: bool = False) -> SlotLoader:
     """The train loaders of process `d`'s slots (create_loader with each slot's view), from a checkpoint's `state`."""
     views = slot_views(d, accumulation)
     states = state["slots"] if accumulation > 1 and state is not None else [state] * len(views)
-    loaders = [create_loader(v, "train", view, state=s, checkpointing=checkpointing) for view, s in zip(views, states)]
+    loaders = [create_loader(cfg, "train", view, state=s, checkpointing=checkpointing) for view, s in zip(views, states)]
     return SlotLoader(loaders, [view.rank for view in views])

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from runner.dist import Dist
+from runner.loaders.config import LoaderConfig
 
 
 class SyntheticLoader:
@@ -15,8 +16,8 @@ class SyntheticLoader:
         self.steps_per_epoch = steps
 
     @classmethod
-    def create(cls, v, role: str, target: Dist) -> SyntheticLoader:
-        cfg, device = v.config, target.device
+    def create(cls, cfg: LoaderConfig, role: str, target: Dist) -> SyntheticLoader:
+        device = target.device
         batch = cfg.data.batch_size if role == "train" else (cfg.data.eval_batch_size or cfg.data.batch_size)
         synth = cfg.data.synth
         # an "epoch" is as long as one over the synthetic JPEG set of the same settings
@@ -24,7 +25,7 @@ class SyntheticLoader:
         steps = max(1, samples // (batch * target.world))
         g = torch.Generator(device="cpu").manual_seed(cfg.seed + target.rank)
         images = torch.randn(batch, 3, cfg.data.image_size, cfg.data.image_size, generator=g).to(device)
-        labels = torch.randint(0, cfg.model.num_classes, (batch,), generator=g).to(device)
+        labels = torch.randint(0, cfg.num_classes, (batch,), generator=g).to(device)
         return cls(images, labels, steps, role)
 
     def epoch(self, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

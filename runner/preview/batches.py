@@ -9,13 +9,16 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from runner.config.sections import HYBRID
+from runner.config.sections import HYBRID, DataConfig, PipelinesConfig
 from runner.dist import Dist
+from runner.errors import Locator
 from runner.loaders.dali_plan import hybrid_batches
 from runner.loaders.epochs import resolution_at
 from runner.loaders.transforms import build_transforms
@@ -24,71 +27,75 @@ from runner.preview.grid import Denorm, captions, display_pixels, draw_grid, gra
 if TYPE_CHECKING:
     import torch
 
-    from runner.dist import Dist
-
 log = logging.getLogger(__name__)
 
 LAUNCH_IMAGES = 16                             # images of each batch a launch draws
 ARTIFACT_DIR = "preview"                       # preview/train.png, preview/eval.png
 
 
+@dataclass(frozen=True)
+class GridSource:
+    """What a grid says beside its images: the experiment's name and seed, the loader and its pipelines (whose
+    normalisation is undone), the class names, and the train side on a resolution schedule."""
+    name: str
+    seed: int
+    data: DataConfig
+    pipelines: PipelinesConfig
+    graphs: Mapping[str, Any]                  # role -> the checked graph (the DALI loader)
+    classes: tuple[str, ...] | None            # label i's class name; None where labels name no class (synthetic)
+    locate: Locator                            # where the torchvision transforms are written, for errors
+
+
 # ---------------------------------------------------------------------------------------- normalisation
 
 
-def batch_denorms(v, pipeline: str) -> list[tuple[int | None, Denorm]]:
+def batch_denorms(src: GridSource, pipeline: str) -> list[tuple[int | None, Denorm]]:
     """(images, Denorm) for each part of a batch of `pipeline` in order; None: the rest of the batch. A hybrid
     train batch is [written | copy], and the copy may normalise differently."""
-    cfg = v.config
-    if cfg.data.loader == "synthetic":
+    if src.data.loader == "synthetic":
         return [(None, Denorm(stretch=True, source="random tensors"))]
-    if cfg.data.loader == "torchvision":
-
-        train_tf, eval_tf = build_transforms(cfg.data.torchvision, v.loaded.locate)
+    if src.data.loader == "torchvision":
+        train_tf, eval_tf = build_transforms(src.data.torchvision, src.locate)
         return [(None, transforms_denorm(train_tf if pipeline == "train" else eval_tf))]
-    if pipeline == "train" and HYBRID in v.graphs:
-        base, _ = hybrid_batches(cfg.data, cfg.pipelines.train.hybrid)
-        return [(base, graph_denorm(v.graphs["train"])), (None, graph_denorm(v.graphs[HYBRID]))]
-    return [(None, graph_denorm(v.graphs[pipeline]))]
+    if pipeline == "train" and HYBRID in src.graphs:
+        base, _ = hybrid_batches(src.data, src.pipelines.train.hybrid)
+        return [(base, graph_denorm(src.graphs["train"])), (None, graph_denorm(src.graphs[HYBRID]))]
+    return [(None, graph_denorm(src.graphs[pipeline]))]
 
 
 # ------------------------------------------------------------------------------------------- captions
 
-def class_names(v) -> tuple[str, ...] | None:
-    """Label i's class name (the train split's label map), or None where labels name no class (synthetic)."""
-    return v.labels.classes if v.labels is not None else None
-
-
 # ---------------------------------------------------------------------------------------------- drawing
 
 
-def epoch_side(v, pipeline: str, epoch: int) -> str | None:
+def epoch_side(src: GridSource, pipeline: str, epoch: int) -> str | None:
     """'epoch 3: train side 48 px (pipelines.train.resolution)' for a train pipeline on a resolution schedule."""
-    r = v.config.pipelines.train.resolution
+    r = src.pipelines.train.resolution
     if r is None or not pipeline.startswith("train"):
         return None
     return f"epoch {epoch}: train side {resolution_at(r, epoch - 1)} px (pipelines.train.resolution)"
 
 
-def grid_header(v, pipeline: str, batch: int, parts: list[tuple[int | None, Denorm]],
+def grid_header(src: GridSource, pipeline: str, batch: int, parts: list[tuple[int | None, Denorm]],
                 epoch: int = 1) -> tuple[str, str]:
     """(title, subtitle) of a grid: the experiment, the pipeline, its seed (and the epoch's side on a resolution
     schedule); the batch size and what was undone."""
-    cfg = v.config
-    what = {"synthetic": "the synthetic loader", "torchvision": "torchvision transforms"}.get(cfg.data.loader)
+    what = {"synthetic": "the synthetic loader", "torchvision": "torchvision transforms"}.get(src.data.loader)
     if what is None:
-        what = f"pipeline {v.graphs[pipeline].graph.name}"
-    title = f"{cfg.name}: {pipeline}, {what}, seed {cfg.seed}"
-    side = epoch_side(v, pipeline, epoch)
+        what = f"pipeline {src.graphs[pipeline].graph.name}"
+    title = f"{src.name}: {pipeline}, {what}, seed {src.seed}"
+    side = epoch_side(src, pipeline, epoch)
     if side is not None:
         title += f"; {side.removesuffix(' (pipelines.train.resolution)')}"
     undone = "; ".join(dict.fromkeys(d.describe() for _, d in parts))
     return title, f"batches of {batch}; {undone}"
 
 
-def render(v, pipeline: str, pixels: np.ndarray, targets: torch.Tensor, batch: int, epoch: int = 1) -> bytes:
+def render(src: GridSource, pipeline: str, pixels: np.ndarray, targets: torch.Tensor, batch: int,
+           epoch: int = 1) -> bytes:
     """The PNG grid of images of `pipeline` (display_pixels of one batch, or of several), `batch` a batch's size."""
-    title, subtitle = grid_header(v, pipeline, batch, batch_denorms(v, pipeline), epoch)
-    return png_bytes(draw_grid(pixels, captions(targets, class_names(v)), title, subtitle))
+    title, subtitle = grid_header(src, pipeline, batch, batch_denorms(src, pipeline), epoch)
+    return png_bytes(draw_grid(pixels, captions(targets, src.classes), title, subtitle))
 
 
 # ------------------------------------------------------------------------------------------- the loaders
@@ -99,8 +106,8 @@ class BatchPreview:
     on rank 0, once each, from the batch the loop already holds (its first images copied to the CPU), and drawn
     and logged on a thread of their own so the loop does not wait; nothing where nothing is tracked."""
 
-    def __init__(self, v, tracker, d: Dist, *, enabled: bool = True):
-        self.v, self.tracker = v, tracker
+    def __init__(self, src: GridSource, tracker, d: Dist, *, enabled: bool = True):
+        self.src, self.tracker = src, tracker
         tracked = getattr(tracker, "run_id", None) is not None  # a NullTracker (other ranks, tracking off) has none
         self.pending = {"train", "eval"} if enabled and d.main and tracked else set()
         self.threads: list[threading.Thread] = []
@@ -117,7 +124,7 @@ class BatchPreview:
 
     def _log(self, role: str, images: torch.Tensor, targets: torch.Tensor, batch: int) -> None:
         try:
-            png = render(self.v, role, display_pixels(images, batch_denorms(self.v, role)), targets, batch)
+            png = render(self.src, role, display_pixels(images, batch_denorms(self.src, role)), targets, batch)
             with tempfile.TemporaryDirectory(prefix="runner-preview-") as tmp:
                 path = Path(tmp) / f"{role}.png"
                 path.write_bytes(png)

@@ -5,12 +5,16 @@ and measured here the same way, so that the two sides are comparable by construc
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from runner.data.labels import parse_label_map
+from runner.config.sections import DataConfig
+from runner.data.labels import LabelMap, parse_label_map
 from runner.data.manifest import run_params
 from runner.data.paths import split_dir
 from runner.data.scan import fingerprint
+from runner.dist import Dist
 from runner.errors import DataError
 from runner.loaders.dali_plan import reader_suffixes
 from runner.machine import cpu_cores, gpu_info
@@ -32,8 +36,17 @@ class Difference:
     kind: str  # versions | gpu | code | layout | data | cache | labels
 
 
-def machine_differences(run: RunRecord, v) -> list[Difference]:
-    """Versions, GPU, code and process layout that differ between the run and this machine."""
+def differences(run: RunRecord, v) -> list[Difference]:
+    """Everything that differs between the run and the validated experiment `v` on this machine: versions, GPU,
+    code and process layout, the data, the caches and the label map."""
+    data = v.config.data
+    return (machine_differences(run, v.target, v.processes) + data_differences(run, data, v.graphs)
+            + cache_differences(run, data) + label_differences(run, v.labels))
+
+
+def machine_differences(run: RunRecord, target: Dist, processes: int) -> list[Difference]:
+    """Versions, GPU, code and process layout (`target`, `processes` per node) that differ between the run and this
+    machine."""
     here = {("runner.python" if k == "python" else k): val for k, val in runinfo.versions().items()}
     out = _compare(run.tags, here, sorted({k for k in (*run.tags, *here) if k.startswith("version.")}
                                           | {"runner.python"}), VERSION_LABELS, "versions")
@@ -41,18 +54,18 @@ def machine_differences(run: RunRecord, v) -> list[Difference]:
     code_run, code_here = _code(run.tags), _code(runinfo.git_state())
     if code_run != code_here:
         out.append(Difference("code (git)", code_run, code_here, "code"))
-    layout = {"runner.accelerator": v.target.accelerator, "runner.world_size": str(v.target.world)}
-    if "runner.torch_threads" in run.tags and v.target.accelerator == "cpu":
-        layout["runner.torch_threads"] = str(cpu_threads(v))  # CPU results depend on it (docs/reproducibility.md)
+    layout = {"runner.accelerator": target.accelerator, "runner.world_size": str(target.world)}
+    if "runner.torch_threads" in run.tags and target.accelerator == "cpu":
+        layout["runner.torch_threads"] = str(cpu_threads(processes))  # CPU results depend on it (docs/reproducibility.md)
     out += _compare(run.tags, layout, list(layout), {"runner.accelerator": "accelerator",
                                                      "runner.world_size": "processes",
                                                      "runner.torch_threads": "torch CPU threads"}, "layout")
     return out
 
 
-def cpu_threads(v) -> int:
-    """The intra-op thread count launch.torch_threads gives each CPU process on this machine."""
-    return max(1, cpu_cores() // max(1, v.processes))
+def cpu_threads(processes: int) -> int:
+    """The intra-op thread count run.processes.torch_threads gives each of `processes` CPU processes here."""
+    return max(1, cpu_cores() // max(1, processes))
 
 
 def _compare(run: dict, here: dict, keys: list[str], labels: dict[str, str], kind: str) -> list[Difference]:
@@ -81,16 +94,15 @@ def logged_fingerprint(run: RunRecord, role: str) -> dict[str, str] | None:
     return params_under(run.params, f"data.fingerprint.{role}.") or None
 
 
-def current_fingerprint(v, role: str) -> dict[str, str] | str | None:
+def current_fingerprint(data: DataConfig, graphs: Mapping[str, Any], role: str) -> dict[str, str] | str | None:
     """This machine's fingerprint of what `role` would read, a reason it has none, or None (no files read)."""
-    if v.config.data.loader == "synthetic" or (role == "eval" and "eval" not in v.graphs
-                                               and v.config.data.loader == "dali"):
+    if data.loader == "synthetic" or (role == "eval" and "eval" not in graphs and data.loader == "dali"):
         return None
-    folder = split_dir(v.config.data, role)
+    folder = split_dir(data, role)
     if not folder.is_dir():
         return f"not found: {folder}"
     try:
-        return {k: str(val) for k, val in fingerprint(folder, reader_suffixes(v.graphs.get(role))).items()}
+        return {k: str(val) for k, val in fingerprint(folder, reader_suffixes(graphs.get(role))).items()}
     except DataError as e:
         return f"unreadable: {e.message}"
 
@@ -113,11 +125,12 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def data_differences(run: RunRecord, v) -> list[Difference]:
-    """The data each split would read here against the fingerprint the run logged (names and sizes)."""
+def data_differences(run: RunRecord, data: DataConfig, graphs: Mapping[str, Any]) -> list[Difference]:
+    """The data each split would read here (`graphs`: the checked pipelines) against the fingerprint the run logged
+    (names and sizes)."""
     out = []
     for role in ("train", "eval"):
-        before, now = logged_fingerprint(run, role), current_fingerprint(v, role)
+        before, now = logged_fingerprint(run, role), current_fingerprint(data, graphs, role)
         if before is None and now is None:
             continue
         if before is not None and isinstance(now, dict) and all(before.get(k) == now.get(k) for k in before):
@@ -148,27 +161,26 @@ def describe_cache(cache: dict[str, str]) -> str:
     return what + (f", of a source of {cache.get('source_fingerprint.files')} files, sha256 {sha[:12]}" if sha else "")
 
 
-def cache_differences(run: RunRecord, v) -> list[Difference]:
+def cache_differences(run: RunRecord, data: DataConfig) -> list[Difference]:
     """For each split that the run or this machine reads from a cache (`runner data cache`): its settings, encoder
     and source, when they differ. Two caches made alike from the same source hold the same images even where
     their folders differ (another path; another Pillow writes other bytes, which the data row shows)."""
     out = []
     for role in ("train", "eval"):
         before = logged_cache(run.params, role)
-        now = ({} if v.config.data.loader == "synthetic"
-               else logged_cache(run_params(role, split_dir(v.config.data, role)), role))
+        now = {} if data.loader == "synthetic" else logged_cache(run_params(role, split_dir(data, role)), role)
         if (before or now) and any(before.get(k) != now.get(k) for k in CACHE_KEYS):
             out.append(Difference(f"cache ({role})", describe_cache(before), describe_cache(now), "cache"))
     return out
 
 
-def label_differences(run: RunRecord, v) -> list[Difference]:
-    """The train split's class names -> labels here against the run's `label_map.json`: one row for the classes
-    missing here, one for those only here, one for those numbered differently."""
-    text = read_artifact(run.uri, run.run_id, LABEL_MAP_ARTIFACT) if v.labels is not None else None
+def label_differences(run: RunRecord, labels: LabelMap | None) -> list[Difference]:
+    """The train split's class names -> labels here (`labels`) against the run's `label_map.json`: one row for the
+    classes missing here, one for those only here, one for those numbered differently."""
+    text = read_artifact(run.uri, run.run_id, LABEL_MAP_ARTIFACT) if labels is not None else None
     if text is None:
         return []
-    before, now = parse_label_map(text), v.labels.index
+    before, now = parse_label_map(text), labels.index
     missing = [name for name in before if name not in now]
     extra = [name for name in now if name not in before]
     moved = [name for name in before if name in now and before[name] != now[name]]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from runner import console
+from runner.config.load import LoadedExperiment
 from runner.data.eval_splits import check_eval_splits
 from runner.data.paths import synth_dir
 from runner.data.splits import check_split_sizes, scan_split
@@ -18,7 +19,6 @@ def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
     if cfg.loader == "synthetic":
         return
     if cfg.root is None:
-
         root, s = synth_dir(cfg.synth), cfg.synth
         if not quiet:
             console.note(f"data.root is unset: training on the synthetic ImageNet-like JPEG set in {root} "
@@ -27,7 +27,7 @@ def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
             generate_synthetic(root, classes=s.classes, per_class=s.per_class, eval_per_class=s.eval_per_class,
                                min_side=s.min_side, max_side=s.max_side, quality=s.quality,
                                progress=None if quiet else progress)
-        check_extra_eval_splits(v, quiet=quiet)
+        check_extra_eval_splits(v.loaded, v.target.world, v.graphs.get("eval"), quiet=quiet)
         return
 
     suffixes = {}
@@ -38,12 +38,13 @@ def ensure_data(v, *, quiet: bool = False, train: bool = True) -> None:
         scan_split(v.loaded, role, suffixes[role])  # DataError at data.root, naming folder and layout
     if train:
         check_split_sizes(v.loaded, v.target.world, suffixes, accumulation=v.accumulation)  # once, not per process
-    check_extra_eval_splits(v, quiet=quiet)
+    check_extra_eval_splits(v.loaded, v.target.world, v.graphs.get("eval"), quiet=quiet)
 
 
-def check_extra_eval_splits(v, *, quiet: bool) -> None:
-    """data.eval_splits checked as the eval split is; the classes a split has no folder for, said once."""
-    for text in check_eval_splits(v.loaded, v.target.world, reader_suffixes(v.graphs.get("eval"))):
+def check_extra_eval_splits(loaded: LoadedExperiment, world: int, eval_graph, *, quiet: bool) -> None:
+    """data.eval_splits checked as the eval split is, for `world` processes reading them with `eval_graph` (the
+    checked eval pipeline, or None); the classes a split has no folder for, said once."""
+    for text in check_eval_splits(loaded, world, reader_suffixes(eval_graph)):
         if not quiet:
             console.note(text)
 

@@ -1,15 +1,18 @@
 """What a validated experiment runs differently from how it reads, said once."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from runner import console
 
 
-def run_notes(v) -> None:
-    """Say once what a validated experiment runs differently from how it reads: a GPU pipeline placed on the CPU,
-    deprecated DALI names, a schedule that never leaves its warm-up or never decays."""
-    for note in v.notes:
+def run_notes(notes: Sequence[str], graphs: Mapping[str, Any]) -> None:
+    """Say once what a validated experiment runs differently from how it reads: its `notes` (a schedule that never
+    leaves its warm-up or never decays, ...), and of its checked `graphs`, deprecated DALI names and GPU steps placed
+    on the CPU."""
+    for note in notes:
         console.note(note)
-    graphs = v.graphs
     renamed = dict(pair for g in graphs.values() for pair in g.renamed)
     if renamed:
         console.note("DALI has deprecated " + ", ".join(
@@ -22,7 +25,7 @@ def run_notes(v) -> None:
                      ".gpu() dropped).")
 
 
-def label_notes(v) -> None:
+def label_notes(notes: Sequence[str]) -> None:
     """Say once what the eval split or model.num_classes leave out of the train split's label map."""
-    for text in v.label_notes:
+    for text in notes:
         console.note(text)

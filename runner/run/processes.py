@@ -7,6 +7,7 @@ import signal
 import torch
 
 from runner import console
+from runner.config.sections import TrainerConfig
 from runner.dist import Dist
 from runner.machine import cpu_cores
 
@@ -28,11 +29,11 @@ def configure_torch(cfg, d: Dist) -> None:
 WORKER_ENV = "RUNNER_WORKER_OF"  # set by our torchrun parent: the worker need not repeat its notes
 
 
-def torchrun_args(v, experiment: str, overrides: list[str], extra: list[str],
+def torchrun_args(tc: TrainerConfig, processes: int, experiment: str, overrides: list[str], extra: list[str],
                   command: tuple[str, ...] = ("launch",)) -> list[str]:
-    """torchrun's own command line: our node layout and rendezvous, then `-m runner launch ...` (or `command`)."""
-    tc = v.config.trainer
-    args = [f"--nproc-per-node={v.processes}", f"--nnodes={tc.nnodes}", f"--max-restarts={tc.max_restarts}"]
+    """torchrun's own command line: `processes` per node, the trainer section's nodes and rendezvous, then
+    `-m runner launch ...` (or `command`)."""
+    args = [f"--nproc-per-node={processes}", f"--nnodes={tc.nnodes}", f"--max-restarts={tc.max_restarts}"]
     if tc.nnodes > 1:  # config.load checked that rdzv_endpoint is set
         args += [f"--node-rank={tc.node_rank}", f"--rdzv-backend={tc.rdzv_backend}",
                  f"--rdzv-endpoint={tc.rdzv_endpoint}", f"--rdzv-id={tc.rdzv_id}"]

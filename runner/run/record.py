@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
 
 from runner import console
 from runner.config.frozen import as_logged
+from runner.config.sections import DataConfig
 from runner.data import manifest
+from runner.data.labels import LabelMap
 from runner.data.manifest import stale_source_note
 from runner.data.paths import split_dir
 from runner.data.scan import fingerprint
@@ -21,15 +27,16 @@ from runner.weights.kept import INDEX
 LABEL_MAP_ARTIFACT = "label_map.json"  # {class name: label} of the train split, logged with every run
 
 
-def split_fingerprints(v) -> dict[str, tuple[Path, dict]]:
-    """role -> (split folder, fingerprint) of the folders the run's readers read (none when synthetic)."""
-    if v.config.data.loader == "synthetic":
+def split_fingerprints(data: DataConfig, graphs: Mapping[str, Any]) -> dict[str, tuple[Path, dict]]:
+    """role -> (split folder, fingerprint) of the folders the run's readers read (none when synthetic); `graphs`:
+    the checked DALI pipelines, whose readers' file filters say which files are read."""
+    if data.loader == "synthetic":
         return {}
     found = {}
     for role in ("train", "eval"):
-        folder = split_dir(v.config.data, role)
+        folder = split_dir(data, role)
         if folder.is_dir():
-            found[role] = (folder, fingerprint(folder, reader_suffixes(v.graphs.get(role))))
+            found[role] = (folder, fingerprint(folder, reader_suffixes(graphs.get(role))))
     return found
 
 
@@ -47,16 +54,16 @@ def run_params(v, world: int, fingerprints: dict[str, tuple[Path, dict]] | None 
     extra = {"trainer.accumulation": accumulation, **runinfo.seeds(v.config, world * accumulation)}  # seeds per slot
     if v.labels is not None:
         extra["data.num_classes"] = len(v.labels)
-    for role, (folder, fp) in (split_fingerprints(v) if fingerprints is None else fingerprints).items():
+    if fingerprints is None:
+        fingerprints = split_fingerprints(v.config.data, v.graphs)
+    for role, (folder, fp) in fingerprints.items():
         extra.update({f"data.fingerprint.{role}.{k}": val for k, val in fp.items()})
         extra.update(manifest.run_params(role, folder))  # a cache says what it was made from, and how
     return {**flatten(as_logged(v.loaded.resolved)), **flatten(extra)}
 
 
-def split_inputs(v, fingerprints: dict[str, tuple[Path, dict]]) -> list:
-    """The splits the run reads as MLflow dataset inputs: "training", and "eval" when it evaluates."""
-    evaluates = v.config.trainer.eval_every_n_epochs and not (
-        v.config.pipelines.eval is None and v.config.data.loader == "dali")
+def split_inputs(fingerprints: dict[str, tuple[Path, dict]], *, evaluates: bool) -> list:
+    """The splits the run reads as MLflow dataset inputs: "training", and "eval" when it `evaluates`."""
     inputs = []
     for role, (folder, fp) in fingerprints.items():
         if role == "eval" and not evaluates:
@@ -71,32 +78,29 @@ def split_inputs(v, fingerprints: dict[str, tuple[Path, dict]]) -> list:
 def log_run_inputs(v, tracker, world: int, fingerprints: dict[str, tuple[Path, dict]]) -> None:
     """Tags, the data splits, the resolved YAML and the compiled pipelines: what a re-run on another machine
     needs."""
-    from omegaconf import OmegaConf
-
-
-    tracker.set_tags(runinfo.run_tags(v, world))
-    for data in split_inputs(v, fingerprints):
+    cfg = v.config
+    evaluates = bool(cfg.trainer.eval_every_n_epochs) and not (cfg.pipelines.eval is None and cfg.data.loader == "dali")
+    tracker.set_tags(runinfo.run_tags(v.loaded, v.target.accelerator, world))
+    for data in split_inputs(fingerprints, evaluates=evaluates):
         tracker.log_input(data)
     tracker.log_text(OmegaConf.to_yaml(as_logged(v.loaded.resolved)), "experiment.yaml")
     if v.labels is not None:
         tracker.log_text(v.labels.to_json(), LABEL_MAP_ARTIFACT)
     for role in v.graphs:
         tracker.log_text(compiled_source(v, role), f"pipelines/{role}_pipeline.py")
-
     for name, text in pipeline_files(v.loaded).items():  # the `use:` files, so a re-run needs no checkout
         tracker.log_text(text, name)
 
 
-def log_model(v, uri: str, run_id: str, checkpoint: Path | None) -> None:
-    """The run's LoggedModel, pointing at its best (else last) checkpoint in the store: MLflow's Models column."""
-    from omegaconf import OmegaConf
-
-
+def log_model(uri: str, run_id: str, checkpoint: Path | None, *, name: str, resolved: dict[str, Any],
+              labels: LabelMap | None) -> None:
+    """The run's LoggedModel (MLflow's Models column) named `name`, pointing at its best (else last) checkpoint in
+    the store, with the resolved experiment and the label map."""
     index_file = checkpoint.parent / INDEX if checkpoint else None
     if index_file is None or not index_file.is_file():
         return
     index = json.loads(index_file.read_text())
-    files = {"experiment.yaml": OmegaConf.to_yaml(as_logged(v.loaded.resolved))}
-    if v.labels is not None:
-        files[LABEL_MAP_ARTIFACT] = v.labels.to_json()
-    log_logged_model(uri, run_id, v.config.name or v.config.model.name, index, files)
+    files = {"experiment.yaml": OmegaConf.to_yaml(as_logged(resolved))}
+    if labels is not None:
+        files[LABEL_MAP_ARTIFACT] = labels.to_json()
+    log_logged_model(uri, run_id, name, index, files)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.frozen import config_digest
+from runner.config.load import LoadedExperiment
+from runner.config.sections import DataConfig
 from runner.data import manifest
 from runner.data.paths import split_dir
 from runner.loaders.dali_plan import dali_seed
@@ -76,16 +78,16 @@ def versions() -> dict[str, str]:
     return out
 
 
-def run_tags(v, world: int) -> dict[str, str]:
-    """Tags logged with every run: code, versions, machine, GPUs, layout, and the digest of the setting it trains
-    (config_sha256: the same for runs of one setting wherever they are kept; runner.config.frozen)."""
-    cfg = v.config
-    tags = {"host": socket.gethostname(), "platform": platform.platform(), "accelerator": v.target.accelerator,
-            "world_size": str(world), "loader": cfg.data.loader, "experiment_file": str(v.loaded.path),
-            "overrides": shlex.join(v.loaded.overrides), "config_sha256": config_digest(v.loaded.resolved)}
-    import torch
+def run_tags(loaded: LoadedExperiment, accelerator: str, world: int) -> dict[str, str]:
+    """Tags logged with every run of `loaded` on `world` processes: code, versions, machine, GPUs, layout, and the
+    digest of the setting it trains (config_sha256: the same for runs of one setting wherever they are kept;
+    runner.config.frozen)."""
+    import torch  # start-up: this module is read by commands that run nothing
 
-
+    data = loaded.config.data
+    tags = {"host": socket.gethostname(), "platform": platform.platform(), "accelerator": accelerator,
+            "world_size": str(world), "loader": data.loader, "experiment_file": str(loaded.path),
+            "overrides": shlex.join(loaded.overrides), "config_sha256": config_digest(loaded.resolved)}
     tags["torch_threads"] = str(torch.get_num_threads())  # CPU results depend on it (docs/reproducibility.md)
     tags["cpu_cores"] = str(cpu_cores())
     tags.update({f"env.{k}": os.environ[k] for k in ("CUBLAS_WORKSPACE_CONFIG", "NCCL_ALGO", "NCCL_PROTO",
@@ -93,16 +95,16 @@ def run_tags(v, world: int) -> dict[str, str]:
     tags.update(git_state())
     tags.update(versions())
     tags.update(gpu_info())
-    tags.update(_cache_tags(v))
+    tags.update(_cache_tags(data))
     return {f"runner.{k}" if not k.startswith(("git.", "gpu.", "version.", "env.")) else k: val
             for k, val in tags.items()}
 
 
-def _cache_tags(v) -> dict[str, str]:
+def _cache_tags(data: DataConfig) -> dict[str, str]:
     """`data.ROLE_cache`: what `runner data cache` made of the data a role reads, when it reads a cache."""
-    if v.config.data.loader == "synthetic":
+    if data.loader == "synthetic":
         return {}
-    return manifest.run_tags({role: split_dir(v.config.data, role) for role in ("train", "eval")})
+    return manifest.run_tags({role: split_dir(data, role) for role in ("train", "eval")})
 
 
 def seeds(cfg, world: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from runner.data.eval_splits import check_split_names
 from runner.data.labels import LabelMap
 from runner.data.splits import check_caches, check_labels
 from runner.dist import Dist
+from runner.loaders.config import LoaderConfig
 from runner.loaders.dali_plan import checked_pipelines
 from runner.loaders.epochs import check_epoch_plan
 from runner.loaders.slots import accumulation_note, check_accumulation
@@ -18,7 +19,10 @@ from runner.machine import processes_per_node, resolve_accelerator
 from runner.models.zoo import check_model
 from runner.optim.optimizers import check_optimizer
 from runner.optim.schedules import SCHEDULES
+from runner.preview.batches import GridSource
 from runner.tracking import resolve_tracking_uri
+from runner.weights.checkpoint import fixed_settings
+from runner.weights.init import WeightsPlace
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,31 @@ class Validated:
     def config(self):
         return self.loaded.config
 
+    @property
+    def loaders(self) -> LoaderConfig:
+        """What the loaders read of the experiment."""
+        return LoaderConfig.of(self.loaded)
+
+    @property
+    def grids(self) -> GridSource:
+        """What the grids of this experiment's batches say beside the images."""
+        cfg = self.config
+        return GridSource(name=cfg.name, seed=cfg.seed, data=cfg.data, pipelines=cfg.pipelines, graphs=self.graphs,
+                          classes=self.labels.classes if self.labels is not None else None, locate=self.loaded.locate)
+
+    @property
+    def weights_place(self) -> WeightsPlace:
+        """Where model.init's run ids are looked up."""
+        cfg = self.config
+        return WeightsPlace(tracking_uri=cfg.tracking.uri, checkpoint_dir=cfg.trainer.checkpoint_dir,
+                            at=self.loaded.at("model.init.source"))
+
+    def fixed_settings(self, world: int) -> dict:
+        """The settings a checkpoint of this experiment on `world` processes is shaped by (checkpoint.fixed_settings)."""
+        train = self.loaded.pipelines.get("train")
+        return fixed_settings(self.config, world, hybrid=train.hybrid if train else None,
+                              label_digest=self.labels.digest if self.labels is not None else None)
+
 
 def check_names(loaded: LoadedExperiment) -> None:
     """Model, optimizer and scheduler names resolve through their registries."""
@@ -44,12 +73,10 @@ def check_names(loaded: LoadedExperiment) -> None:
     check_optimizer(cfg.optimizer, cfg.model.name, loaded.at)
     SCHEDULES.get(cfg.scheduler.name, **loaded.at("scheduler.name"))
     if cfg.tracking.enabled:
-
         resolve_tracking_uri(cfg.tracking.uri, loaded.at("tracking.uri"))
 
     check_epoch_plan(loaded)
     if cfg.data.loader == "torchvision":
-
         check_transforms(cfg.data.torchvision, loaded.locate)
 
 
@@ -67,7 +94,8 @@ def validate(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
     target = Dist(accelerator=acc, world=procs * trainer.nnodes, local_world=procs)
     accumulation = check_accumulation(loaded, target.world)
     check_caches(loaded)  # before the folders are scanned: a half-built cache has empty class folders
-    graphs = checked_pipelines(loaded, target) if loaded.config.data.loader == "dali" and check_pipelines else {}
+    graphs = checked_pipelines(LoaderConfig.of(loaded), target) if loaded.config.data.loader == "dali" and check_pipelines \
+        else {}
     check_split_names(loaded)
     labels, notes = check_labels(loaded)
     return Validated(loaded=loaded, target=target, processes=procs, graphs=graphs, labels=labels,
@@ -81,7 +109,7 @@ def with_data(v: Validated) -> Validated:
     and the readers' file lists, which validation could not see without the folders."""
     if v.labels is not None or v.config.data.loader == "synthetic":
         return v
-    graphs = checked_pipelines(v.loaded, v.target) if v.graphs else v.graphs
+    graphs = checked_pipelines(v.loaders, v.target) if v.graphs else v.graphs
     labels, notes = check_labels(v.loaded)
     if labels is None:
         return v

@@ -35,7 +35,6 @@ class Runs:
         if self.uri is None or self.parent_id is None:
             return {}
         if now or time.monotonic() - self.read_at >= RUNS_EVERY_S:
-
             try:
                 self.last = newest_attempts(find_runs(self.uri, parent=self.parent_id, limit=10_000))
             except Exception:  # noqa: BLE001 - see the class docstring

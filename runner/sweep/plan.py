@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from runner.config.frozen import as_logged, config_digest
-from runner.config.load import is_pipeline_path, load_experiment
+from runner.config.load import LoadedExperiment, is_pipeline_path, load_experiment
 from runner.errors import RunnerError
 
 PLAN_FILE = "sweep.json"
@@ -133,10 +133,10 @@ def sweep_folder(root: str, experiment: str, parent_run_id: str | None) -> Path:
     return folder
 
 
-def freeze_child(plan: SweepPlan, child: ChildPlan, v, *, run_name: str | None) -> None:
+def freeze_child(plan: SweepPlan, child: ChildPlan, loaded: LoadedExperiment, *, run_name: str | None) -> None:
     """child's experiment.yaml: the resolved experiment it was validated as, placed in the sweep (its parent run,
     store, run name and checkpoint folder), with the pipelines it `use:`s pinned beside it."""
-    config = copy.deepcopy(as_logged(v.loaded.resolved))
+    config = copy.deepcopy(as_logged(loaded.resolved))
     folder = plan.child_dir(child)
     tracking = config.setdefault("tracking", {})
     if plan.uri is not None:
@@ -150,7 +150,7 @@ def freeze_child(plan: SweepPlan, child: ChildPlan, v, *, run_name: str | None) 
     tracking["tags"] = tags
     config.setdefault("trainer", {})["checkpoint_dir"] = str(folder / "checkpoints")
     folder.mkdir(parents=True, exist_ok=True)
-    for role, source in v.loaded.pipelines.items():
+    for role, source in loaded.pipelines.items():
         use = (config.get("pipelines", {}).get(role) or {}).get("use")
         if not use or source.name == "inline":
             continue

@@ -23,9 +23,9 @@ from runner.sweep.slurm import cancel_command, check_sbatch, check_slurm_config,
 from runner.sweep.slurm import live as slurm_live
 from runner.sweep.status import FAILED, INVALID, NOT_STARTED, STOPPED, ChildStatus, counts_line, sweep_status
 from runner.sweep.table import SweepView
-from runner.tracking import resolve_tracking_uri
 from runner.tracking.parent import create_sweep_run, set_run_tags
 from runner.tracking.store import get_run, store_uri
+from runner.tracking.uri import logged_to
 
 SEED_KEYS = ("seed",)
 BASE_SECTIONS = ("launcher.", "launcher=", "trainer.", "trainer=")
@@ -55,7 +55,6 @@ def check_children(experiment: str, plain: list[str], axes: list[Axis], children
     if not axes and launcher.name == "local":
         raise ConfigError(NOTHING_TO_SWEEP, file="command line")
     if launcher.name == "slurm":
-
         check_slurm_config(launcher.slurm, base.at)
     if base.config.trainer.nnodes > 1 and launcher.name == "local":
         raise RunnerError(f"trainer.nnodes is {base.config.trainer.nnodes}: a child on several machines needs "
@@ -76,7 +75,6 @@ def check_children(experiment: str, plain: list[str], axes: list[Axis], children
 def _target(launcher: LauncherConfig, trainer) -> dict:
     """validate()'s accelerator and processes per node for the machine a child runs on (None: this one, as is)."""
     if launcher.name == "slurm":
-
         gpus = child_resources(launcher, trainer).gpus
         devices = trainer.devices if isinstance(trainer.devices, int) else None
         return {"accelerator": "gpu" if gpus else "cpu", "processes": devices or gpus or 1}
@@ -103,7 +101,7 @@ def start_sweep(sweep: CheckedSweep, *, detach: bool = False) -> int:
     first = sweep.first
     ensure_data(first)  # the generated data set, made once, before children start reading it
     cfg = first.config
-    uri = _tracking_uri(first)
+    uri = logged_to(first.config.tracking, first.loaded.at("tracking.uri"))
     axes = " ".join(a.item.partition("=")[0] + "=" + ",".join(a.values) for a in sweep.axes)
     parent_id = None
     group_by = [a.key for a in sweep.axes if a.key not in SEED_KEYS]
@@ -132,11 +130,6 @@ def start_sweep(sweep: CheckedSweep, *, detach: bool = False) -> int:
     return run_children(plan, sweep.launcher, todo, detach=detach)
 
 
-def _tracking_uri(v) -> str | None:
-    t = v.config.tracking
-    return resolve_tracking_uri(t.uri, v.loaded.at("tracking.uri")) if t.enabled else None
-
-
 def _child_plans(sweep: CheckedSweep) -> list[ChildPlan]:
     short = short_keys_unique(sweep.axes)
     out = []
@@ -163,7 +156,7 @@ def _freeze(plan: SweepPlan, sweep: CheckedSweep) -> None:
             plan.log(child).write_text(f"error: {child.error}\n")
             continue
         name = None if named else run_name(grid_child, short) or None
-        freeze_child(plan, child, sweep.checked[child.index], run_name=name)
+        freeze_child(plan, child, sweep.checked[child.index].loaded, run_name=name)
 
 
 def run_children(plan: SweepPlan, launcher: LauncherConfig, todo: list[ChildPlan], *, detach: bool) -> int:
@@ -183,7 +176,6 @@ def run_children(plan: SweepPlan, launcher: LauncherConfig, todo: list[ChildPlan
             _record_driver(plan)
             statuses, stopped = run_local(plan, slots, todo, view, runs, on_end)
         else:
-
             check_sbatch()
             if todo:
                 plan.submissions.extend(submit(plan, launcher, todo))
@@ -278,7 +270,6 @@ def resume_sweep(parent: str, *, uri: str | None, flags: list[str], retry_failed
     runs = read_landed(store, record).runs
     live = {}
     if launcher.name == "slurm" and plan.submissions:
-
         check_sbatch()
         live = slurm_live(plan)
 

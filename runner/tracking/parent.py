@@ -1,21 +1,24 @@
 """The parent run that groups a command's child runs (bench measurements, sweep runs) in MLflow."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+from runner.config.sections import TrackingConfig
 from runner.errors import RunnerError
 from runner.tracking.mlflow_tracker import MlflowTracker, ensure_experiment, short_reason
 from runner.tracking.uri import MAX_TAG_VAL_LENGTH, flatten, mlflow_client, resolve_tracking_uri, truncate
 
 
-def parent_run(v, *, run_name: str, tags: dict[str, str], params: dict[str, Any]) -> MlflowTracker | None:
-    """A started MLflow run in the experiment's store, under which child runs set mlflow.parentRunId;
-    None when the experiment has tracking off."""
-    if not v.config.tracking.enabled:
+def parent_run(tracking: TrackingConfig, at: dict, *, run_name: str, tags: dict[str, str],
+               params: dict[str, Any]) -> MlflowTracker | None:
+    """A started MLflow run in the experiment's store (`at`: tracking.uri's place), under which child runs set
+    mlflow.parentRunId; None when the experiment has tracking off."""
+    if not tracking.enabled:
         return None
-    uri = resolve_tracking_uri(v.config.tracking.uri, v.loaded.at("tracking.uri"))
-    tracker = MlflowTracker(uri, v.config.tracking.experiment, run_name=run_name, tags=tags)
+    uri = resolve_tracking_uri(tracking.uri, at)
+    tracker = MlflowTracker(uri, tracking.experiment, run_name=run_name, tags=tags)
     tracker.start(params)
     return tracker
 
@@ -46,8 +49,6 @@ def log_sweep_results(uri: str, run_id: str, *, files: list[Path], note: str, me
     """The sweep's results as they land, on its parent run: the grouped table as the run's description (MLflow's
     run page shows it) and as files, the children's counts as metrics, and its status once every child ended.
     Raises what the store raises: callers decide whether a store that is away matters."""
-    import time
-
     from mlflow.entities import Metric, RunTag
 
 

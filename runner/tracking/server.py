@@ -18,6 +18,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from runner.errors import RunnerError
 
@@ -168,8 +169,6 @@ def server_argv(backend_uri: str, artifacts: Path, host: str, port: int, workers
 
 def shown_uri(uri: str) -> str:
     """A database URI without its password, for the console."""
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(uri)
     if parts.password:
         netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")

@@ -149,7 +149,6 @@ def find_runs(uri: str, *, experiment: str | None = None, parent: str | None = N
         tags["mlflow.parentRunId"] = parent_run.run_id
     exp = c.get_experiment_by_name(experiment)
     if exp is None:
-
         names = [e.name for e in c.search_experiments(max_results=1000)]
         raise RunnerError(f"no experiment '{experiment}' in {uri}.{did_you_mean(experiment, names)} "
                           f"Experiments there: {list_names(names, 12) or 'none'}.", where="--experiment")
@@ -223,7 +222,6 @@ def landing_experiment(uri: str, name: str | None = None) -> str | None:
     if name is not None:
         found = [e for e in experiments if e.name == name]
         if not found:
-
             names = [e.name for e in experiments]
             raise RunnerError(f"no experiment '{name}' in {uri}.{did_you_mean(name, names)} "
                               f"Experiments there: {list_names(names, 12) or 'none'}.", where="--experiment")

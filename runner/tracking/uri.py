@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.config.sections import TrackingConfig
 from runner.errors import ConfigError, closest
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
@@ -119,3 +120,9 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             out[name] = truncate(str(value), MAX_PARAM_VAL_LENGTH)
     return out
+
+
+def logged_to(tracking: TrackingConfig, at: dict | None = None) -> str | None:
+    """The store an experiment's runs log to (tracking.uri resolved); None with tracking off. `at`: tracking.uri's
+    place, for errors."""
+    return resolve_tracking_uri(tracking.uri, at) if tracking.enabled else None

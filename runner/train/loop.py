@@ -15,12 +15,13 @@ from typing import Any
 
 import torch
 
+from runner.augment.mix import Mixer
 from runner.dist import Dist, all_gather_objects
 from runner.evaluate.score import create_eval_loaders, evaluate_nets
 from runner.evaluate.sums import Evaluation, class_names, log_evaluation
 from runner.loaders.epochs import resolution_at
 from runner.loaders.loader import create_train_loader
-from runner.loaders.slots import check_accumulation
+from runner.loaders.slots import check_accumulation, global_batch
 from runner.models.device import build_model
 from runner.preview.batches import BatchPreview
 from runner.run.processes import configure_torch
@@ -70,11 +71,12 @@ class StopRequest:
             signal.signal(sig, handler)
 
 
-def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id: str, step: int, epoch: int,
-                    batch: int, kept: CheckpointLog | None = None, metrics: dict[str, float] | None = None,
+def save_checkpoint(d: Dist, s: Step, train_loader, ckpt_dir: Path, *, about: dict[str, Any], run_id: str, step: int,
+                    epoch: int, batch: int, kept: CheckpointLog | None = None, metrics: dict[str, float] | None = None,
                     budgets: dict[str, Any] | None = None) -> Path | None:
-    """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states,
-    the resolved experiment and the label map (a checkpoint says what it is), then `kept` logs it."""
+    """Every rank's reader position and RNG, gathered; rank 0 writes them with the model and optimizer states and
+    `about` (the resolved experiment, the settings a resume must match, the label map: a checkpoint says what it is),
+    then `kept` logs it."""
     if s.ema is not None:
         s.ema.sync(d)
     state = {"loader": train_loader.state(), "rng": torch.get_rng_state()}
@@ -87,9 +89,7 @@ def save_checkpoint(v, d: Dist, s: Step, train_loader, ckpt_dir: Path, *, run_id
         "ema": s.ema.state_dict() if s.ema is not None else None,
         "step": step, "epoch": epoch, "batch": batch, "run_id": run_id, "world": d.world,
         "loader_states": [g["loader"] for g in gathered], "rng": [g["rng"] for g in gathered],
-        "config": v.loaded.resolved, "fixed_settings": checkpoint.fixed_settings(v, d.world),
-        "label_map": v.labels.index if v.labels is not None else None, "metrics": dict(metrics or {}),
-        "budgets": budgets}, ckpt_dir)
+        **about, "metrics": dict(metrics or {}), "budgets": budgets}, ckpt_dir)
     if kept is not None:
         kept.saved(path, step=step, epoch=epoch, metrics=metrics)
     return path
@@ -115,18 +115,23 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
         apply_init(model, init)  # every rank, before DDP wraps it: an EMA copy made from it starts the same
     loader_state = resume["loader_states"][d.rank] if resume else None
     accumulation = check_accumulation(v.loaded, d.world)  # d.world: a user's own torchrun may differ from v's
-    train_loader = create_train_loader(v, d, accumulation, state=loader_state, checkpointing=True)
-    eval_loaders = create_eval_loaders(v, d) if tc.eval_every_n_epochs else {}
+    train_loader = create_train_loader(v.loaders, d, accumulation, state=loader_state, checkpointing=True)
+    eval_loaders = create_eval_loaders(v.loaders, d) if tc.eval_every_n_epochs else {}
     evaluations: dict[str, Evaluation] = {}  # prefix -> the latest evaluation of that split
     steps_per_epoch = train_loader.steps_per_epoch
     total_steps = tc.epochs * steps_per_epoch if tc.max_steps is None else min(tc.max_steps, tc.epochs * steps_per_epoch)
-    s = build_step(v, d, model, steps_per_epoch, resume)
+    mixer = Mixer.create(cfg.pipelines.train.mix, num_classes=cfg.model.num_classes, label_smoothing=tc.label_smoothing,
+                         seed=cfg.seed)
+    s = build_step(model, d, optimizer=cfg.optimizer, scheduler=cfg.scheduler, trainer=tc,
+                   global_batch=global_batch(cfg, d.world), steps_per_epoch=steps_per_epoch, mixer=mixer, resume=resume)
     step, epoch, start_batch = (resume["step"], resume["epoch"], resume["batch"]) if resume else (0, 0, 0)
     ckpt_dir = checkpoint.run_dir(tc.checkpoint_dir, cfg.name, run_id)
+    about = {"config": v.loaded.resolved, "fixed_settings": v.fixed_settings(d.world),
+             "label_map": v.labels.index if v.labels is not None else None}  # what every checkpoint says it is
     kept = CheckpointLog(tc, ckpt_dir, tracker) if d.main else None
     progress = TrainProgress(tc.epochs, steps_per_epoch) if d.main else NoProgress()
     telemetry = Telemetry(d, train_loader.part_waits)
-    previews = BatchPreview(v, tracker, d, enabled=resume is None)  # what the run trained on, as grids
+    previews = BatchPreview(v.grids, tracker, d, enabled=resume is None)  # what the run trained on, as grids
     budgets = Budgets(tc, resume.get("budgets") if resume else None)
     result = RunResult(run_id=run_id, status="FINISHED")
 
@@ -167,7 +172,7 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
                     progress.step(batch, epoch=epoch + 1, global_step=step)
                 if stopping:
                     result.status, result.signal = "KILLED", stop.signal or signal.SIGTERM
-                    result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
+                    result.checkpoint = save_checkpoint(d, s, train_loader, ckpt_dir, about=about, run_id=run_id, step=step,
                                                         epoch=epoch, batch=batch, kept=kept,
                                                         budgets=budgets.state(time.perf_counter() - started))
                     break
@@ -199,7 +204,7 @@ def _train(v, d: Dist, tracker, *, run_id: str, resume: dict[str, Any] | None, i
             progress.end_epoch(epoch, epoch_metrics)
             result.metrics.update(epoch_metrics)
             if last or (tc.checkpoint_every_n_epochs and epoch % tc.checkpoint_every_n_epochs == 0):
-                result.checkpoint = save_checkpoint(v, d, s, train_loader, ckpt_dir, run_id=run_id, step=step,
+                result.checkpoint = save_checkpoint(d, s, train_loader, ckpt_dir, about=about, run_id=run_id, step=step,
                                                     epoch=epoch, batch=0, kept=kept, metrics=epoch_metrics,
                                                     budgets=budgets.state(time.perf_counter() - started))
             if last:

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from runner.augment.mix import Mixer
+from runner.config.sections import OptimizerConfig, SchedulerConfig, TrainerConfig
 from runner.dist import Dist
-from runner.loaders.slots import MicroBatch, global_batch
+from runner.loaders.slots import MicroBatch
 from runner.models.device import autocast_args, model_input
 from runner.optim.optimizers import create_optimizer
 from runner.optim.schedules import create_scheduler
@@ -69,31 +70,34 @@ class Step:
     ema: ModelEma | None = None              # trainer.ema: the averaged weights
 
 
-def build_step(v, d: Dist, model: nn.Module, steps_per_epoch: int, resume: dict[str, Any] | None = None) -> Step:
-    """Optimizer, schedule, loss scaler and the wrapped net around `model`; their states from `resume` when given."""
-    cfg, tc = v.config, v.config.trainer
-    optimizer = create_optimizer(model, cfg.optimizer, global_batch(cfg, d.world))  # the lr scales with it
+def build_step(model: nn.Module, d: Dist, *, optimizer: OptimizerConfig, scheduler: SchedulerConfig,
+               trainer: TrainerConfig, global_batch: int, steps_per_epoch: int, mixer: Mixer | None = None,
+               resume: dict[str, Any] | None = None) -> Step:
+    """Optimizer, schedule, loss scaler and the wrapped net around `model`; their states from `resume` when given.
+    `global_batch`: the images of an optimizer step over all processes (the lr scales with it); `mixer`: the
+    mix of each training batch (pipelines.train.mix)."""
+    tc = trainer
+    optim = create_optimizer(model, optimizer, global_batch)
     # the schedule spans the planned epochs; max_steps only stops early, on the same curve
-    scheduler = create_scheduler(optimizer, cfg.scheduler, steps_per_epoch, tc.epochs * steps_per_epoch)
+    schedule = create_scheduler(optim, scheduler, steps_per_epoch, tc.epochs * steps_per_epoch)
     # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler passes through)
     scaler = torch.amp.GradScaler(d.device.type, enabled=tc.precision == "fp16")
     if resume:
         model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
+        optim.load_state_dict(resume["optimizer"])
+        schedule.load_state_dict(resume["scheduler"])
         scaler.load_state_dict(resume["scaler"])
         torch.set_rng_state(resume["rng"][d.rank])
     ema = ModelEma(model, tc.ema) if tc.ema else None
     if ema and resume and resume.get("ema") is not None:  # without one, the average starts from the weights
         ema.load_state_dict(resume["ema"])
-    mixer = Mixer.for_experiment(cfg)
     net = ddp = None
     if d.enabled:  # after loading: DDP broadcasts rank 0's weights when it wraps the model
         net = ddp = nn.parallel.DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda"
                                                         else None)
     losses = create_losses(tc.loss, tc.label_smoothing)
-    return Step(model=model, net=compiled(net or model, tc), criterion=losses.hard, optimizer=optimizer,
-                scheduler=scheduler, scaler=scaler, amp=autocast_args(tc.precision, d.device), tc=tc, ddp=ddp,
+    return Step(model=model, net=compiled(net or model, tc), criterion=losses.hard, optimizer=optim,
+                scheduler=schedule, scaler=scaler, amp=autocast_args(tc.precision, d.device), tc=tc, ddp=ddp,
                 ema=ema, mix=mixer, soft_criterion=losses.soft if mixer else None, eval_criterion=losses.eval)
 
 

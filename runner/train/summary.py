@@ -4,8 +4,9 @@ from __future__ import annotations
 from runner import console
 
 
-def print_summary(v, result, finished) -> None:
-    """The final table: what was trained, how fast, how well, and where it was recorded."""
+def print_summary(title: str, result, finished) -> None:
+    """The final table under `title` (the experiment's name): what was trained, how fast, how well, and where it was
+    recorded."""
     m = result.metrics
     rows = [
         ["status", result.status],
@@ -30,5 +31,5 @@ def print_summary(v, result, finished) -> None:
         rows.append(["checkpoint", str(result.checkpoint)])
     if finished.message:  # empty when tracking is off
         rows.append(["tracking", finished.message])
-    console.out.print(console.table(f"{v.config.name or v.loaded.path.stem}: summary", ["", ""], rows,
+    console.out.print(console.table(f"{title}: summary", ["", ""], rows,
                                     justify_numbers=False))

@@ -6,8 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from runner.config.sections import Experiment, HybridConfig
 from runner.errors import ConfigError, DataError, display_path
 from runner.loaders.slots import global_batch
 
@@ -21,6 +20,8 @@ def run_dir(checkpoint_dir: str | Path, experiment: str, run_id: str) -> Path:
 
 def save(state: dict[str, Any], directory: Path, name: str = LAST) -> Path:
     """Write to a temporary file in the same folder, fsync, then rename over `name` (atomic on POSIX)."""
+    import torch  # start-up: `runner validate` reads this module's settings without torch
+
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / name
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
@@ -42,6 +43,8 @@ def save(state: dict[str, Any], directory: Path, name: str = LAST) -> Path:
 
 
 def load(path: Path) -> dict[str, Any]:
+    import torch  # start-up: `runner validate` reads this module's settings without torch
+
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except FileNotFoundError:
@@ -57,20 +60,19 @@ def find_latest(checkpoint_dir: str | Path, experiment: str) -> Path | None:
     return found[-1] if found else None
 
 
-def fixed_settings(v, world: int) -> dict[str, Any]:
+def fixed_settings(cfg: Experiment, world: int, *, hybrid: HybridConfig | None,
+                   label_digest: str | None) -> dict[str, Any]:
     """The settings a checkpoint's state is shaped by: the model's and optimizer's state dicts, and the readers'
     positions (which files each process lists, in which order, in batches of what size, in which epoch's pipeline),
-    and whether it holds averaged weights (trainer.ema). Saved with it."""
-    cfg = v.config
-    train = v.loaded.pipelines.get("train")
-    hybrid = train.hybrid if train else None
+    and whether it holds averaged weights (trainer.ema). Saved with it. `hybrid`: the train pipeline's
+    (its source's, with its file's); `label_digest`: the train split's label map's."""
     return {"model.name": cfg.model.name, "model.num_classes": cfg.model.num_classes,
             "model.kwargs": dict(cfg.model.kwargs), "optimizer.name": cfg.optimizer.name,
             "scheduler.name": cfg.scheduler.name, "seed": cfg.seed, "data.loader": cfg.data.loader,
             "data.root": cfg.data.root, "data.train_split": cfg.data.train_split,
             "data.batch_size": cfg.data.batch_size, "processes": world,
             "trainer.global_batch_size": global_batch(cfg, world),
-            "data.label_map": v.labels.digest if v.labels is not None else None,
+            "data.label_map": label_digest,
             "pipelines.train.hybrid": None if hybrid is None else f"share {hybrid.share:g}, deal {hybrid.deal}",
             "trainer.ema": "on" if cfg.trainer.ema is not None else "off",
             "data.repeats": cfg.data.repeats, "pipelines.train.resolution": _ramp(cfg.pipelines.train.resolution)}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from runner.config.sections import ModelConfig, ModelInitConfig
 from runner.errors import ConfigError, DataError, RunnerError, display_path, list_names
 from runner.models.zoo import classifier_keys as classifier_modules
 from runner.models.zoo import create_model
@@ -77,22 +78,31 @@ def classifier_keys(model) -> list[str]:
     return [f"{n}.{p}" for n in classifier_modules(model) for p, _ in modules[n].named_parameters(recurse=False)]
 
 
+@dataclass(frozen=True)
+class WeightsPlace:
+    """Where model.init's run ids are looked up: the run's store (tracking.uri unless model.init.uri names another),
+    this machine's trainer.checkpoint_dir, and where model.init.source is written (`at`, for errors)."""
+    tracking_uri: str | None
+    checkpoint_dir: str
+    at: dict[str, Any]
+
+
 # ---- where the weights are --------------------------------------------------------------------------------
 
-def resolve_source(v) -> tuple[Path, str | None]:
+def resolve_source(model: ModelConfig, place: WeightsPlace) -> tuple[Path, str | None]:
     """model.init.source -> (a local file, the run id when it is a run's checkpoint)."""
-    init, at = v.config.model.init, v.loaded.at("model.init.source")
+    init, at = model.init, place.at
     source = init.source.strip()
     path = Path(source).expanduser()
     if path.is_file():
         return path, None
     kind, _, rest = source.partition(":")
     if kind == "torchvision":
-        return torchvision_file(v.config.model.name, rest or "DEFAULT", at), None
+        return torchvision_file(model.name, rest or "DEFAULT", at), None
     if kind in ("run", "latest") and rest:
-        return run_file(v, rest if kind == "run" else None, experiment=rest if kind == "latest" else None)
+        return run_file(init, place, rest if kind == "run" else None, experiment=rest if kind == "latest" else None)
     if RUN_ID.fullmatch(source):
-        return run_file(v, source)
+        return run_file(init, place, source)
     if path.is_dir():
         raise ConfigError(f"{source} is a folder; name the weights file in it (e.g. {source}/last.pt).", **at)
     raise ConfigError(f"no file {display_path(path)}: model.init.source is {FORMS}. runner downloads nothing at run "
@@ -128,20 +138,21 @@ def torchvision_file(model_name: str, weights: str, at: dict[str, Any]) -> Path:
     return file
 
 
-def run_file(v, run_id: str | None, experiment: str | None = None) -> tuple[Path, str]:
+def run_file(init: ModelInitConfig, place: WeightsPlace, run_id: str | None,
+             experiment: str | None = None) -> tuple[Path, str]:
     """A run's logged checkpoint (fetched into the cache), else the one in this machine's checkpoint folder."""
-    init, at = v.config.model.init, v.loaded.at("model.init.source")
-    uri = store_uri(init.uri) if init.uri else resolve_tracking_uri(v.config.tracking.uri)
+    at = place.at
+    uri = store_uri(init.uri) if init.uri else resolve_tracking_uri(place.tracking_uri)
     try:
         if experiment is not None:
             run_id = latest_finished_run(uri, experiment)
         return fetch_run_weights(run_id, uri, which=init.checkpoint), run_id
     except RunnerError as e:
-        local = local_checkpoint(v.config.trainer.checkpoint_dir, run_id, init.checkpoint) if run_id else None
+        local = local_checkpoint(place.checkpoint_dir, run_id, init.checkpoint) if run_id else None
         if local is not None:
             log.info("run %s: %s; using %s", run_id, e.message, local)
             return local, run_id
-        raise type(e)(f"{e.message} Nor does {v.config.trainer.checkpoint_dir}/ hold a checkpoint of "
+        raise type(e)(f"{e.message} Nor does {place.checkpoint_dir}/ hold a checkpoint of "
                       f"run {run_id or experiment}.", **at) from None
 
 
@@ -199,17 +210,16 @@ def _torch_load(path: Path) -> Any:
     raise AssertionError("unreachable")
 
 
-def plan_init(v) -> InitPlan:
+def plan_init(cfg: ModelConfig, place: WeightsPlace) -> InitPlan:
     """Resolve model.init, read the file and match it against the model; ConfigError under strict when any key
     does not load. Runs before any work starts."""
-    import torch
+    import torch  # start-up: this module is imported to check an experiment, which needs no torch
 
-
-    init, at = v.config.model.init, v.loaded.at("model.init.source")
-    file, run_id = resolve_source(v)
+    init, at = cfg.init, place.at
+    file, run_id = resolve_source(cfg, place)
     state, meta = read_state_dict(file, at)
     with torch.device("meta"):
-        model = create_model(v.config.model)
+        model = create_model(cfg)
     target = model.state_dict()
     head = set(classifier_keys(model)) if init.new_head else set()
     skip = lambda k: k in head or any(fnmatch(k, p) for p in init.skip)  # noqa: E731
@@ -224,12 +234,12 @@ def plan_init(v) -> InitPlan:
                     label_map=meta.get("label_map") if meta else None, total=len(target))
     plan = dataclasses.replace(plan, head_loaded=bool(set(classifier_keys(model)) & set(plan.loaded)))
     if not plan.loaded:  # not a partial fit: weights of another architecture
-        raise ConfigError(f"no tensor of {display_path(file)} fits {v.config.model.name}: {differences(plan)}. Are "
+        raise ConfigError(f"no tensor of {display_path(file)} fits {cfg.name}: {differences(plan)}. Are "
                           "they weights of another model? model.name must be the architecture they were saved from.",
                           **at)
     if init.strict and (plan.missing or plan.unexpected or plan.mismatched):
-        raise ConfigError(f"{display_path(file)} does not fit {v.config.model.name} with "
-                          f"{v.config.model.num_classes} classes: {differences(plan)}. Under model.init.strict: true "
+        raise ConfigError(f"{display_path(file)} does not fit {cfg.name} with "
+                          f"{cfg.num_classes} classes: {differences(plan)}. Under model.init.strict: true "
                           "every key must load; set model.init.new_head=true for a fresh classifier "
                           f"({', '.join(classifier_keys(model))}), leave keys fresh with model.init.skip patterns, or "
                           "set model.init.strict=false to load what fits.", **at)

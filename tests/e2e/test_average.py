@@ -143,7 +143,8 @@ def test_last_2_averages_the_two_latest_checkpoints_into_a_run_linked_to_the_sou
     (evaluation,) = client.search_runs([run.info.experiment_id], f"tags.`runner.evaluates` = '{run.info.run_id}'")
     assert evaluation.data.metrics["eval/top1"] == run.data.metrics["eval/top1"]
     assert len(averages_of(at_runs, at_runs.kept)) == before + 1  # an evaluation of the average is no average
-    plan = plan_init(validate("experiments/tiny.yaml", [f"model.init.source=run:{run.info.run_id}"]))
+    v = validate("experiments/tiny.yaml", [f"model.init.source=run:{run.info.run_id}"])
+    plan = plan_init(v.config.model, v.weights_place)
     assert len(plan.loaded) == plan.total
 
 

@@ -214,10 +214,10 @@ def test_drift_lists_what_differs_from_the_runs_machine(tiny_epoch):
             "runner.world_size": str(v.target.world)}
     same = RunRecord(run_id="0" * 32, name="r", experiment="tiny", status="FINISHED", start_ms=0, end_ms=1,
                      params={}, tags=tags, metric_keys=(), uri="sqlite:///x.db")
-    assert machine_differences(same, v) == []
+    assert machine_differences(same, v.target, v.processes) == []
     other = dataclasses.replace(same, tags={**tags, "version.torch": "1.0.0", "gpu.model": "Some Other GPU",
                                             "runner.world_size": "64", "runner.torch_threads": "999"})
-    diffs = {d.what: (d.run, d.here) for d in machine_differences(other, v)}
+    diffs = {d.what: (d.run, d.here) for d in machine_differences(other, v.target, v.processes)}
     assert diffs["torch"] == ("1.0.0", here["version.torch"])
     assert diffs["GPU model"] == ("Some Other GPU", gpu_info().get("gpu.model", "-"))
     assert diffs["processes"] == ("64", str(v.target.world))

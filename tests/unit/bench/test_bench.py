@@ -56,11 +56,11 @@ def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
     from runner.run.validate import validate
 
     v = validate(tiny, accelerator="gpu")
-    ks = knobs(v)
+    ks = knobs(v.loaded, v.target.accelerator)
     assert next(k for k in ks if k.key == CPU_SHARE).values == (0.0, 1.0, 0.6, 0.7, 0.8)
     # the stream's priority first: the share is searched on the better stream
     assert (ks[0].key, ks[0].values) == ("trainer.stream_priority", ("default", "high"))
-    start = baseline_settings(v, ks)
+    start = baseline_settings(v.loaded, v.target.accelerator, ks)
     assert start["trainer.stream_priority"] == "default"
     assert "trainer.stream_priority=high" in as_overrides({**start, "trainer.stream_priority": "high"})
     assert start[CPU_SHARE] == 0.0  # imagenet_train decodes on the GPU as written
@@ -78,14 +78,14 @@ def test_tune_on_a_gpu_searches_the_share_decoded_on_cpu(tiny):
     assert written["pipelines"]["train"]["hybrid"] == {"share": 0.7, "params": {"decode_device": "cpu"},
                                                        "deal": "smallest"}
     # the experiment as written, when it already splits the batch
-    assert baseline_settings(validate(tiny, ["pipelines.train.hybrid.share=0.6",
-                                             "pipelines.train.hybrid.params.decode_device=cpu"], accelerator="gpu"),
-                             ks)[CPU_SHARE] == 0.6
+    hybrid = validate(tiny, ["pipelines.train.hybrid.share=0.6", "pipelines.train.hybrid.params.decode_device=cpu"],
+                      accelerator="gpu")
+    assert baseline_settings(hybrid.loaded, "gpu", ks)[CPU_SHARE] == 0.6
     # hw_decoder_load is not searched when the CPU decodes everything
     assert not _applies({CPU_SHARE: 1.0, "pipelines.train.params.hw_decoder_load": 0.99})
     assert _applies({CPU_SHARE: 0.7, "pipelines.train.params.hw_decoder_load": 0.99})
-    assert [k.key for k in knobs(validate(tiny, accelerator="cpu"))] == ["pipelines.train.use", "data.num_threads",
-                                                                         "data.prefetch"]
+    assert [k.key for k in knobs(validate(tiny, accelerator="cpu").loaded, "cpu")] == [
+        "pipelines.train.use", "data.num_threads", "data.prefetch"]
 
 
 def test_a_chart_title_names_the_machine_and_the_overrides_wrapped():

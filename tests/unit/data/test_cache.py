@@ -204,7 +204,7 @@ pipelines:
     v = validate(project / "experiments" / "cache.yaml", accelerator="cpu")
     mean, std = np.array([0.485, 0.456, 0.406]) * 255, np.array([0.229, 0.224, 0.225]) * 255
     for role, samples in (("train", 12), ("eval", 6)):
-        loader = create_loader(v, role, Dist())
+        loader = create_loader(v.loaders, role, Dist())
         seen = []
         for images, labels in loader.epoch():
             assert images.dtype.is_floating_point and tuple(images.shape[1:]) == (3, 32, 32)
@@ -451,7 +451,7 @@ pipelines:
 """)
         v = validate(project / "experiments" / "jpeg.yaml", accelerator="cpu")
         for role, samples in (("train", 12), ("eval", 6)):
-            loader = create_loader(v, role, Dist())
+            loader = create_loader(v.loaders, role, Dist())
             seen = []
             for images, labels in loader.epoch():
                 assert images.dtype.is_floating_point and tuple(images.shape[1:]) == (3, 32, 32)

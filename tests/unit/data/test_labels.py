@@ -27,7 +27,7 @@ def dali_labels(project: Path, root: Path, role: str, filters: str = "") -> dict
     path = project / "experiments" / "paths.yaml"
     text = PATHS.format(root=root, batch=4)
     path.write_text(text.replace("file_root=$data_root", f"file_root=$data_root{filters}"))
-    loader = create_loader(validate(path, accelerator="cpu"), role, Dist(), feeds_model=False)
+    loader = create_loader(validate(path, accelerator="cpu").loaders, role, Dist(), feeds_model=False)
     folder = root / ("train" if role == "train" else "val")
     out = {}
     for images, labels in loader.epoch():
@@ -42,7 +42,7 @@ def torchvision_labels(project: Path, root: Path, role: str) -> dict[str, int]:
     from runner.run.validate import validate
 
     v = validate(experiment(project, root, loader="torchvision", name="tv.yaml"), accelerator="cpu")
-    dataset = create_loader(v, role, Dist()).dataset
+    dataset = create_loader(v.loaders, role, Dist()).dataset
     folder = Path(dataset.root)
     return {str(Path(p).relative_to(folder)): label for p, label in dataset.samples}
 
@@ -159,7 +159,7 @@ def test_torchvision_and_the_decoded_cache_label_every_file_as_the_dali_loader_d
     v = validate(experiment(project, cache, train="imagenet_train_cache", eval="imagenet_eval_cache",
                             name="cache.yaml"), accelerator="cpu")
     assert v.labels.index == expected
-    labels = [label for _, batch in create_loader(v, "eval", Dist()).epoch() for label in batch.tolist()]
+    labels = [label for _, batch in create_loader(v.loaders, "eval", Dist()).epoch() for label in batch.tolist()]
     assert labels == [0] * 5 + [2] * 5  # the cache pipeline's own batches, 'cat' still 2
 
 

@@ -52,8 +52,8 @@ def test_each_epoch_reads_its_side_and_its_own_order(ramp):
 
     v = validate("experiments/ramp.yaml", ["data.num_threads=1"])
     world = 2
-    loaders = [create_train_loader(v, Dist(rank=r, world=world), 1) for r in range(world)]
-    labels = train_label_map(v.loaded)
+    loaders = [create_train_loader(v.loaders, Dist(rank=r, world=world), 1) for r in range(world)]
+    labels = train_label_map(v.config.data, v.loaded.at)
     names = sorted(p.relative_to(ramp / "data" / "train").as_posix() for p in (ramp / "data" / "train").rglob("*.jpg"))
     for epoch, side in enumerate([32, 48, 48, 64]):
         for rank, loader in enumerate(loaders):
@@ -73,7 +73,7 @@ def test_the_torchvision_loader_deals_the_same_repeats(ramp):
 
     v = validate("experiments/ramp.yaml", ["data.loader=torchvision", "~pipelines.train.resolution",
                                            "data.torchvision.num_workers=0"])
-    loader = create_train_loader(v, Dist(rank=1, world=2), 1)
+    loader = create_train_loader(v.loaders, Dist(rank=1, world=2), 1)
     assert loader.loaders[0].sampler.indices() == repeat_indices(24, 2, 1, 2, seed=2, epoch=0)[:12]
     assert loader.steps_per_epoch == 3
 
@@ -110,12 +110,12 @@ def test_preview_names_the_epochs_side(ramp, capsys):
 def test_a_checkpoint_of_a_ramp_resumes_under_that_ramp_only(ramp):
     from runner.errors import ConfigError
     from runner.run.validate import validate
-    from runner.weights.checkpoint import check_resumable, fixed_settings
+    from runner.weights.checkpoint import check_resumable
 
-    saved = {"fixed_settings": fixed_settings(validate("experiments/ramp.yaml"), 1)}
-    check_resumable(saved, Path("last.pt"), fixed_settings(validate("experiments/ramp.yaml"), 1))
+    saved = {"fixed_settings": validate("experiments/ramp.yaml").fixed_settings(1)}
+    check_resumable(saved, Path("last.pt"), validate("experiments/ramp.yaml").fixed_settings(1))
     with pytest.raises(ConfigError) as e:
-        check_resumable(saved, Path("last.pt"), fixed_settings(validate("experiments/ramp.yaml", [
-            "data.repeats=1", "pipelines.train.resolution.end_epoch=2"]), 1))
+        check_resumable(saved, Path("last.pt"), validate("experiments/ramp.yaml", [
+            "data.repeats=1", "pipelines.train.resolution.end_epoch=2"]).fixed_settings(1))
     assert "data.repeats: 2 in the checkpoint, 1 now; pipelines.train.resolution: size 32-64 px over epochs 0-3, " \
            "multiples of 16 in the checkpoint, size 32-64 px over epochs 0-2, multiples of 16 now." in str(e.value)

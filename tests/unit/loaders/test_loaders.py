@@ -15,7 +15,7 @@ def loaders_for(project, root, batch, world, role):
     path = project / "experiments" / "paths.yaml"
     path.write_text(PATHS.format(root=root, batch=batch))
     v = validate(path, accelerator="cpu")
-    return [create_loader(v, role, Dist(rank=r, world=world), feeds_model=False) for r in range(world)]
+    return [create_loader(v.loaders, role, Dist(rank=r, world=world), feeds_model=False) for r in range(world)]
 
 
 @pytest.mark.parametrize("world,batch", [(2, 4), (3, 2), (2, 5)])
@@ -50,7 +50,7 @@ def test_labels_are_int64_on_the_device(project, image_dataset):
         f"data: {{root: {image_dataset}, batch_size: 4}}\n"
         "pipelines: {train: {use: imagenet_train, params: {size: 32}}}\n")
     v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
-    images, labels = next(iter(create_loader(v, "train", Dist()).epoch()))
+    images, labels = next(iter(create_loader(v.loaders, "train", Dist()).epoch()))
     assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32
     assert labels.shape == (4,) and labels.dtype == torch.int64 and 0 <= labels.min() <= labels.max() < 3
 
@@ -70,14 +70,14 @@ def test_torchvision_and_synthetic_loaders_follow_the_contract(project, image_da
     for loader in ("torchvision", "synthetic"):
         v = validate(project / "experiments" / "tv.yaml", [f"data.loader={loader}"], accelerator="cpu")
         for world in (1, 2):
-            train = [create_loader(v, "train", Dist(rank=r, world=world)) for r in range(world)]
+            train = [create_loader(v.loaders, "train", Dist(rank=r, world=world)) for r in range(world)]
             assert len({t.steps_per_epoch for t in train}) == 1
             batches = list(train[0].epoch())
             assert len(batches) == train[0].steps_per_epoch
             images, labels = batches[0]
             assert images.shape == (4, 3, 32, 32) and labels.dtype == torch.int64
         if loader == "torchvision":
-            evals = [create_loader(v, "eval", Dist(rank=r, world=2)) for r in range(2)]
+            evals = [create_loader(v.loaders, "eval", Dist(rank=r, world=2)) for r in range(2)]
             assert sum(len(lbl) for ev in evals for _, lbl in ev.epoch()) == 9
 
 
@@ -95,7 +95,7 @@ def hybrid_loaders(project, root, batch, share, world, **loader_args):
     path = project / "experiments" / "hybrid.yaml"
     path.write_text(HYBRID.format(root=root, batch=batch, share=share))
     v = validate(path, accelerator="cpu")
-    return v, [create_loader(v, "train", Dist(rank=r, world=world), feeds_model=False, **loader_args)
+    return v, [create_loader(v.loaders, "train", Dist(rank=r, world=world), feeds_model=False, **loader_args)
                for r in range(world)]
 
 
@@ -166,7 +166,7 @@ def test_a_hybrid_loader_times_the_wait_for_each_pipeline(project, image_dataset
     list(b.epoch())
     assert SlotLoader([a, b], [0, 1]).part_waits() == {k: a.part_waits()[k] + b.part_waits()[k] for k in waits}
     v = validate(project / "experiments" / "hybrid.yaml", ["pipelines.train.hybrid=null"], accelerator="cpu")
-    single = create_loader(v, "train", Dist(), feeds_model=False)
+    single = create_loader(v.loaders, "train", Dist(), feeds_model=False)
     list(single.epoch())
     assert single.part_waits() == {}  # one pipeline: its wait is the loop's data wait
 
@@ -177,7 +177,7 @@ def test_a_hybrid_image_pipeline_decodes_on_both_copies(project, image_dataset):
         "pipelines: {train: {use: imagenet_train_fused, params: {size: 32},\n"
         "                    hybrid: {share: 0.75, params: {decode_device: cpu}, num_threads: 1}}}\n")
     v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
-    loader = create_loader(v, "train", Dist())
+    loader = create_loader(v.loaders, "train", Dist())
     batches = list(loader.epoch())
     assert len(batches) == loader.steps_per_epoch == 6
     images, labels = batches[0]
@@ -210,7 +210,7 @@ def test_reserved_cores_keep_dali_threads_off_the_training_thread(project, image
         "pipelines: {train: {use: imagenet_train, params: {size: 32}}}\n")
     v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
     try:
-        loader = create_loader(v, "train", Dist())
+        loader = create_loader(v.loaders, "train", Dist())
         next(iter(loader.epoch()))
         assert os.sched_getaffinity(0) == {cores[0]}  # the training thread: the reserved core
         # DALI's workers, one per remaining core (thread i on core i), never on the reserved one
@@ -235,7 +235,7 @@ def test_dali_nice_lowers_the_pipelines_threads_not_the_training_thread(project,
         "pipelines: {train: {use: imagenet_train, params: {size: 32}}}\n")
     v = validate(project / "experiments" / "e.yaml", accelerator="cpu")
     before = threads()
-    loader = create_loader(v, "train", Dist())
+    loader = create_loader(v.loaders, "train", Dist())
     next(iter(loader.epoch()))
     after = threads()
     started = {after[tid] for tid in after.keys() - before.keys()}
@@ -253,7 +253,7 @@ def test_channels_last_and_half_precision_pipelines_give_the_trainer_the_same_im
 
     def first_batch(*overrides):
         v = validate(path, list(overrides), accelerator="cpu")
-        return next(iter(create_loader(v, "train", Dist()).epoch()))
+        return next(iter(create_loader(v.loaders, "train", Dist()).epoch()))
 
     (written, written_labels), (images, labels) = first_batch(), first_batch(
         f"pipelines.train.params.layout={layout}", f"pipelines.train.params.dtype={dtype}")

@@ -71,9 +71,9 @@ def test_one_process_with_two_slots_reads_the_batches_of_two_processes(exp, load
     overrides = [f"data.loader={loader}", "data.torchvision.num_workers=0", "data.image_size=16",
                  "data.torchvision.train=[RandomResizedCrop(16), ToTensor()]", "data.synth.per_class=4"]
     v = validate(exp, overrides, accelerator="cpu")
-    two_slots = create_train_loader(v, Dist(), 2)
+    two_slots = create_train_loader(v.loaders, Dist(), 2)
     assert two_slots.slots == [0, 1]
-    ranks = [create_train_loader(v, Dist(rank=r, world=2), 1) for r in range(2)]
+    ranks = [create_train_loader(v.loaders, Dist(rank=r, world=2), 1) for r in range(2)]
     assert two_slots.steps_per_epoch == ranks[0].steps_per_epoch == ranks[1].steps_per_epoch > 0
     accumulated = _digests(two_slots)
     separate = {**_digests(ranks[0]), **_digests(ranks[1])}
@@ -104,7 +104,7 @@ def test_the_compiled_train_pipeline_is_slot_0s_and_reads_its_batches(exp, proje
     pipe = module.train_pipeline(shard_id=0, num_shards=2, **module.PIPELINE_ARGS)
     pipe.build()
     images, labels = pipe.run()
-    slot0 = next(create_train_loader(validate(exp, accelerator="cpu"), Dist(), 2).epoch())[0]
+    slot0 = next(create_train_loader(validate(exp, accelerator="cpu").loaders, Dist(), 2).epoch())[0]
     assert slot0.slot == 0
     assert np.array_equal(np.array(images.as_tensor()), slot0.images.numpy())
     assert np.array(labels.as_tensor()).reshape(-1).tolist() == slot0.labels.tolist()

@@ -26,10 +26,10 @@ def first_batch(v, pipeline):
     from runner.preview.draw import create_preview_loader, preview_dist
     from runner.preview.grid import display_pixels
 
-    loader = create_preview_loader(v, pipeline, preview_dist(v))
+    loader = create_preview_loader(v.loaders, pipeline, preview_dist(v.target))
     images, labels = next(iter(loader.epoch()))
     loader.close()
-    return display_pixels(images, batch_denorms(v, pipeline)), labels
+    return display_pixels(images, batch_denorms(v.grids, pipeline)), labels
 
 
 def assert_colours_match_labels(pixels, labels, names, tolerance=6):
@@ -44,7 +44,7 @@ def test_dali_mean_and_std_are_read_from_the_graph_and_undone(experiment):
     from runner.preview.batches import batch_denorms
 
     v = checked(experiment)
-    [(_, denorm)] = batch_denorms(v, "train")
+    [(_, denorm)] = batch_denorms(v.grids, "train")
     assert denorm.mean == pytest.approx((123.675, 116.28, 103.53)) and denorm.std == pytest.approx((58.395, 57.12, 57.375))
     assert denorm.source == "crop_mirror_normalize (step 4)" and not denorm.stretch
     for pipeline in ("train", "eval"):
@@ -94,7 +94,7 @@ def test_other_normalisations_and_scales(project, colours, last, source, mean):
     from runner.preview.batches import batch_denorms
 
     v = checked(inline_experiment(project, colours, *last))
-    [(_, denorm)] = batch_denorms(v, "train")
+    [(_, denorm)] = batch_denorms(v.grids, "train")
     assert (denorm.source, denorm.mean) == (source, mean)
     pixels, labels = first_batch(v, "train")
     assert pixels.shape[1:] == (24, 24, 3)
@@ -105,7 +105,7 @@ def test_normalize_with_its_own_statistics_is_stretched(project, colours):
     from runner.preview.batches import batch_denorms
 
     v = checked(inline_experiment(project, colours, "images = normalize(images, axes=[0, 1])"))
-    [(_, denorm)] = batch_denorms(v, "train")
+    [(_, denorm)] = batch_denorms(v.grids, "train")
     assert denorm.stretch and denorm.describe() == ("normalize (step 4), with statistics of each batch: each image "
                                                      "shown over its own value range")
 
@@ -115,7 +115,7 @@ def test_torchvision_loader_is_undone_in_its_0_to_1_units(experiment):
                 "\"RandomResizedCrop(32)\",\"ToTensor()\",\"Normalize(mean=[0.4, 0.5, 0.6], std=[0.2, 0.3, 0.4])\"]")
     from runner.preview.batches import batch_denorms
 
-    assert batch_denorms(v, "train")[0][1].mean == (0.4, 0.5, 0.6)
+    assert batch_denorms(v.grids, "train")[0][1].mean == (0.4, 0.5, 0.6)
     pixels, labels = first_batch(v, "train")
     assert_colours_match_labels(pixels, labels, v.labels.classes)
 

@@ -136,7 +136,7 @@ def test_drift_names_the_cache_a_run_read_and_how_to_make_it_here(project, image
 
     def here(root) -> list[tuple[str, str, str]]:
         v = validate("experiments/t.yaml", [f"data.root={root}"])
-        return [(d.what, d.run, d.here) for d in cache_differences(record, v)]
+        return [(d.what, d.run, d.here) for d in cache_differences(record, v.config.data)]
 
     assert here(tmp_path / "c48") == [] and here(tmp_path / "moved" / "c48") == []
     settings = {k: params[f"data.cache.train.{k}"] for k in ("pillow", "libjpeg")}
@@ -157,7 +157,7 @@ def test_drift_names_the_cache_a_run_read_and_how_to_make_it_here(project, image
     original = RunRecord(run_id="cd" * 16, name="r", experiment="tiny", status="FINISHED", start_ms=0, end_ms=1,
                          params={}, tags={}, metric_keys=(), uri="sqlite:///x.db")
     v = validate("experiments/t.yaml")
-    assert [(d.run, d.here) for d in cache_differences(original, v)] == [("-", cache(48, "train")),
+    assert [(d.run, d.here) for d in cache_differences(original, v.config.data)] == [("-", cache(48, "train")),
                                                                          ("-", cache(48, "eval"))]
     assert cache_advice(original) == ("run cdcdcdcd read its train split from the original images, not a cache: "
                                       "point data.root=... at them to reproduce it.")

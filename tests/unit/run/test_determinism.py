@@ -16,7 +16,7 @@ def batch_digest(overrides: list[str], **validate_args) -> str:
     from runner.loaders.loader import create_loader
     from runner.run.validate import validate
 
-    loader = create_loader(validate("experiments/det.yaml", overrides, **validate_args), "train", Dist())
+    loader = create_loader(validate("experiments/det.yaml", overrides, **validate_args).loaders, "train", Dist())
     h = hashlib.sha256()
     for _ in range(2):
         for images, labels in loader.epoch():

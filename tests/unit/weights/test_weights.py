@@ -17,7 +17,8 @@ def planned(project: Path, *overrides: str):
     from runner.run.validate import validate
     from runner.weights.init import plan_init
 
-    return plan_init(validate(synth(project / "experiments" / "ft.yaml", model="resnet18", classes=5), overrides))
+    v = validate(synth(project / "experiments" / "ft.yaml", model="resnet18", classes=5), overrides)
+    return plan_init(v.config.model, v.weights_place)
 
 
 def test_fine_tune_from_a_torchvision_state_dict(project):
