@@ -96,3 +96,19 @@ def tiny_epoch(project, image_dataset) -> Path:
     path = project / "experiments" / "tiny.yaml"
     path.write_text(TINY_DETERMINISTIC.format(root=image_dataset).replace("deterministic: true", "deterministic: false"))
     return path
+
+
+# The test files that take longest (`--durations` on a 2-core machine), started first: each file runs on one
+# pytest-xdist worker (--dist loadfile), and a long file started last keeps the session going while the other
+# workers have nothing left to do.
+LONGEST_FIRST = ("test_tracking_server.py", "test_sweep_slurm.py", "test_bench.py", "test_faults.py", "test_sweep.py",
+                 "test_epoch_plan.py", "test_accumulate.py", "test_determinism.py", "test_ema.py",
+                 "test_tracking_outage_launch.py", "test_sweep_local.py", "test_repro.py", "test_weights.py",
+                 "test_recipes.py", "test_launch.py", "test_multinode.py")
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    last = len(rank)
+    # stable: each file's tests keep their order; the unit tier fills in behind the end-to-end files
+    items.sort(key=lambda item: rank.get(item.path.name, last) if "e2e" in item.path.parts else last + 1)

@@ -51,9 +51,36 @@ def write(project, text, name="exp.yaml"):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, never handed to another test of the session: each pytest-xdist worker takes its
+    ports in turn from a range of its own, below the kernel's ephemeral ports. (A port from the kernel can be handed
+    out again as soon as it is free: a server one test stops could be replaced by another test's, on another worker,
+    while the first test's clients still talk to that port.)"""
+    return next(_PortRange.of_this_worker())
+
+
+class _PortRange:
+    _mine: _PortRange | None = None
+
+    @classmethod
+    def of_this_worker(cls) -> _PortRange:
+        if cls._mine is None:
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+            cls._mine = cls(20000 + 500 * (int(worker) if worker.isdigit() else 0))
+        return cls._mine
+
+    def __init__(self, start: int):
+        self.next, self.end = start, start + 500
+
+    def __next__(self) -> int:
+        while self.next < self.end:
+            port, self.next = self.next, self.next + 1
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+        raise RuntimeError(f"no free port left below {self.end}")
 
 
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))

@@ -55,7 +55,7 @@ FORMAT = "jpeg"
 # bump when the encoded files change (copy rule, orientation, ...), so an older cache is not resumed;
 # 2: 16-bit and float sources scaled to 8 bits as DALI scales them (runner/data/pixels.py)
 VERSION = 2
-# the choice measured in docs/benchmarks.md ("The compact JPEG cache: sizes and decode speed")
+# the choice measured in docs/benchmarks.md ("The compact JPEG cache")
 FILTERS = {"lanczos": Image.Resampling.LANCZOS, "bicubic": Image.Resampling.BICUBIC,
            "bilinear": Image.Resampling.BILINEAR}
 SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}

@@ -48,7 +48,6 @@ def history(cwd: Path, name: str, key: str = "train/loss"):
     return run, sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
 
 
-@pytest.mark.slow
 def test_one_process_accumulating_two_batches_trains_as_two_processes(exp, project):
     out = launch(project, "trainer.devices=1", "trainer.max_steps=4", name="one")
     assert "accumulates the gradients of 2 batches of 4 (data.batch_size) on each of 1 process(es)" in out
@@ -65,7 +64,6 @@ def test_one_process_accumulating_two_batches_trains_as_two_processes(exp, proje
         torch.tensor(torch.pi / 6)).item()))
 
 
-@pytest.mark.slow
 def test_a_stop_mid_epoch_with_accumulation_resumes_bit_identically(tmp_path):
     (tmp_path / "experiments").mkdir()
     import shutil

@@ -102,7 +102,6 @@ def assert_mean(averaged: dict, states: list[dict]) -> None:
         assert value.dtype == expected.dtype and torch.equal(value, expected), key
 
 
-@pytest.mark.slow
 def test_last_2_averages_the_two_latest_checkpoints_into_a_run_linked_to_the_source(at_runs, capsys):
     from runner.run.validate import validate
     from runner.weights.init import plan_init
@@ -148,7 +147,6 @@ def test_last_2_averages_the_two_latest_checkpoints_into_a_run_linked_to_the_sou
     assert len(plan.loaded) == plan.total
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args, mode, key", [([], "min", "ema"), (["--mode", "max", "--no-ema"], "max", "model")])
 def test_best_2_picks_by_the_runs_checkpoint_metric(at_runs, capsys, args, mode, key):
     before = len(averages_of(at_runs, at_runs.kept))
@@ -171,7 +169,6 @@ def test_best_2_picks_by_the_runs_checkpoint_metric(at_runs, capsys, args, mode,
     assert f"average of the best 2 kept checkpoints by eval/loss ({mode})" in out
 
 
-@pytest.mark.slow
 def test_too_few_kept_checkpoints_name_the_run_and_what_to_set(at_runs, capsys):
     refusals = {
         ("average", at_runs.few, "--last", "2"):

@@ -46,7 +46,6 @@ def mixed_formats(p: Path) -> None:
     Image.fromarray(rng.integers(0, 256, (30, 40), dtype=np.uint8), "L").save(p / "data/val/c1/grey.png")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("loader", ["dali", "torchvision"])
 def test_greyscale_cmyk_and_png_files_train(project, capsys, loader):
     mixed_formats(project)
@@ -58,7 +57,6 @@ def test_greyscale_cmyk_and_png_files_train(project, capsys, loader):
     assert "epochs / steps" in out and "FINISHED" in out
 
 
-@pytest.mark.slow
 def test_a_truncated_jpeg_is_named_listed_then_skipped(project, capsys):
     """DALI stops on a JPEG cut in the middle of its data; the run names it, lists it, and the next run trains
     without it (the skip list is the runner's: data.skip_bad_files)."""
@@ -88,7 +86,6 @@ def broken_link(p: Path) -> None:
     os.symlink(p / "data" / "gone.jpg", p / "data" / "train" / "c0" / "zz.jpg")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("damage, why", [(zero_bytes, "c0/001.jpg (zero bytes)"),
                                          (broken_link, "c0/zz.jpg (unreadable: broken symbolic link")],
                          ids=["zero bytes", "broken link"])
@@ -101,7 +98,6 @@ def test_a_file_the_reader_cannot_map_is_named(project, capsys, damage, why):
     assert code == 2 and err.startswith("error: data/train: ") and why in err
 
 
-@pytest.mark.slow
 def test_a_truncated_jpeg_with_the_torchvision_loader_is_named(project, capsys):
     images(project / "data" / "train", classes=2, per_class=3)
     images(project / "data" / "val")
@@ -223,7 +219,6 @@ TRAINING_FOLDERS = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", TRAINING_FOLDERS)
 def test_an_odd_but_valid_folder_trains_on_the_reader_files(project, capsys, name):
     setup, overrides, files = TRAINING_FOLDERS[name]
@@ -237,7 +232,6 @@ def test_an_odd_but_valid_folder_trains_on_the_reader_files(project, capsys, nam
     assert f"epochs / steps │ 1 / {files // 2}" in " ".join(out.split()), out
 
 
-@pytest.mark.slow
 def test_a_hidden_image_copy_in_a_class_folder_is_checked_and_skipped(project, capsys):
     """macOS leaves ._NAME.jpg AppleDouble files beside copied images: the reader reads them, the decode check
     lists them, and the run leaves them out."""
@@ -262,7 +256,6 @@ def checkpoint_images_at_the_root(p: Path) -> None:
     _copy_image(p, "data/train/c0/000.jpg", "data/train/.ipynb_checkpoints/000-checkpoint.jpg")
 
 
-@pytest.mark.slow
 def test_splits_whose_class_folders_differ_stop_or_train_on_labels_by_class_name(project, capsys):
     """Each split used to be numbered by its own folders. A val class that train lacks now stops the run; a
     hidden folder of images in train is a class of the train map (as DALI's reader counts it), absent from val,

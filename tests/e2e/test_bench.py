@@ -12,8 +12,6 @@ from runner.config.load import load_experiment
 from tests.fixtures.bench import SUITE
 from tests.helpers import REPO, run_cli
 
-pytestmark = pytest.mark.slow
-
 
 def test_bench_writes_table_json_chart_and_mlflow_runs(tiny, project, capsys):
     code, out, err = run_cli(["bench", tiny, "--loaders", "synthetic,dali,cache", "--modes", "loader,e2e",

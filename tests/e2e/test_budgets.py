@@ -2,7 +2,6 @@
 target and logs the time-to metrics (shown by runner compare), a resume that keeps the clock, flip TTA, errors."""
 from __future__ import annotations
 
-import pytest
 from mlflow import MlflowClient
 
 from runner.train.budgets import time_to_key
@@ -28,7 +27,6 @@ tracking: {experiment: budget}
 """
 
 
-@pytest.mark.slow
 def test_a_launch_stops_at_its_target_and_compare_shows_the_time(project, capsys):
     write(project, EXPERIMENT, "budget.yaml")
     write_image_folder(project / "data" / "train", classes=3, per_class=8, seed=1)

@@ -15,9 +15,6 @@ from mlflow import MlflowClient
 from tests.fixtures.determinism import EXPERIMENT
 from tests.helpers import REPO, run_cli
 
-pytestmark = pytest.mark.slow
-
-
 # without git: what a fresh checkout lacks (virtualenv, git metadata, datasets, stores, checkpoints)
 NOT_IN_A_CHECKOUT = {".venv", ".git", "data", "mlruns", "mlartifacts", "mlflow.db", "checkpoints", "runs",
                      "bench-out", "compare-out", "reproduced", "mlflow-offline", ".pytest_cache"}

@@ -80,7 +80,6 @@ def workdir(module_tmp) -> Path:
     return root
 
 
-@pytest.mark.slow
 def test_eval_ema_metrics_are_logged_and_the_checkpoint_holds_the_average(workdir):
     run, full = histories(workdir, "full")
     for key in KEYS:
@@ -95,7 +94,6 @@ def test_eval_ema_metrics_are_logged_and_the_checkpoint_holds_the_average(workdi
     assert state["ema"]["bn1.num_batches_tracked"] == 12  # copied at the last update (step 12)
 
 
-@pytest.mark.slow
 def test_two_launches_with_mix_and_ema_are_bit_identical(workdir):
     finished(runner(workdir, "launch", "experiments/recipe.yaml", "tracking.run_name=again"))
     _, full = histories(workdir, "full")
@@ -104,7 +102,6 @@ def test_two_launches_with_mix_and_ema_are_bit_identical(workdir):
         assert {s: v.hex() for s, v in again[key].items()} == {s: v.hex() for s, v in full[key].items()}, key
 
 
-@pytest.mark.slow
 def test_a_run_stopped_mid_epoch_and_resumed_ends_as_the_unstopped_one(workdir):
     cut = runner(workdir, "launch", "experiments/recipe.yaml", "tracking.run_name=cut")
     for line in cut.stdout:
@@ -148,7 +145,6 @@ def ddp_worker(rank: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.slow
 def test_ddp_ranks_hold_the_same_averaged_weights_after_sync(tmp_path):
     out = tmp_path / "checksums.txt"
     torch.multiprocessing.spawn(ddp_worker, args=(free_port(), str(out)), nprocs=2)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from mlflow import MlflowClient
 
@@ -36,7 +35,6 @@ def histories(workdir: Path, run_name: str, keys=("train/loss", "train/top1", "e
     return run, {k: {m.step: m.value.hex() for m in client.get_metric_history(run.info.run_id, k)} for k in keys}
 
 
-@pytest.mark.slow
 def test_a_launch_logs_each_epochs_side_and_resumes_mid_ramp_bit_for_bit(ramp):
     finished(runner_process(ramp, "launch", "experiments/ramp.yaml", "tracking.run_name=full"))
     _, full = histories(ramp, "full")

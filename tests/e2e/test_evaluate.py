@@ -120,7 +120,6 @@ def assert_consistent(origin: Origin, run, prefix: str, samples: int) -> None:
             f"evaluation/{prefix}_confusion.csv"} <= artifacts
 
 
-@pytest.mark.slow
 def test_launch_logs_each_eval_split_under_its_prefix(origin):
     run = MlflowClient(origin.uri).get_run(origin.run_id)
     m = run.data.metrics
@@ -132,7 +131,6 @@ def test_launch_logs_each_eval_split_under_its_prefix(origin):
         assert matrix.diagonal().sum() / samples == pytest.approx(m[f"{prefix}/top1"])
 
 
-@pytest.mark.slow
 def test_evaluate_a_checkpoint_through_dali(at_origin, capsys):
     code, out, err = run_cli(["evaluate", at_origin.checkpoint], capsys)
     assert code == 0, err
@@ -152,7 +150,6 @@ def test_evaluate_a_checkpoint_through_dali(at_origin, capsys):
     assert "eval_val_b: top-1 per class" in out
 
 
-@pytest.mark.slow
 def test_evaluate_a_run_id_through_torchvision_on_another_split(at_origin, capsys):
     code, out, err = run_cli(["evaluate", at_origin.run_id[:10], "data.loader=torchvision", "data.eval_split=val_b",
                               "data.eval_splits=[]"], capsys)
@@ -163,7 +160,6 @@ def test_evaluate_a_run_id_through_torchvision_on_another_split(at_origin, capsy
     assert_consistent(at_origin, run, "eval", 8)
 
 
-@pytest.mark.slow
 def test_evaluate_refusals(at_origin, capsys):
     (at_origin.root / "notes.pt").write_text("not a checkpoint")
     torch.save({"model": {}}, at_origin.root / "weights_only.pt")
@@ -193,7 +189,6 @@ def test_evaluate_refusals(at_origin, capsys):
     assert len(evaluations_of(at_origin)) == before  # nothing was logged
 
 
-@pytest.mark.slow
 def test_a_label_map_mismatch_names_both_maps(at_origin, capsys):
     other = at_origin.root / "renamed"
     write_image_folder(other / "train", classes=3, per_class=1, size=(24, 24))
@@ -212,7 +207,6 @@ def test_a_label_map_mismatch_names_both_maps(at_origin, capsys):
         "folders the run trained on.")
 
 
-@pytest.mark.slow
 def test_two_process_gloo_evaluation(at_origin):
     run = subprocess.run([sys.executable, "-m", "runner", "evaluate", at_origin.checkpoint, "trainer.devices=2",
                           "trainer.accelerator=cpu"], cwd=at_origin.root, capture_output=True, text=True, timeout=600)
@@ -227,7 +221,6 @@ def test_two_process_gloo_evaluation(at_origin):
     assert_consistent(at_origin, new, "eval_val_b", 8)
 
 
-@pytest.mark.slow
 def test_a_checkpoint_with_ema_weights_reports_both(at_origin, capsys):
     state = torch.load(at_origin.checkpoint, map_location="cpu", weights_only=False)
     state["ema"] = {k: v.clone() for k, v in state["model"].items()}
@@ -241,7 +234,6 @@ def test_a_checkpoint_with_ema_weights_reports_both(at_origin, capsys):
     assert "eval_ema: top-1 per class" in out
 
 
-@pytest.mark.slow
 def test_a_run_whose_checkpoint_is_not_here(at_origin, capsys):
     client = MlflowClient(at_origin.uri)
     run = client.create_run(client.get_experiment_by_name("tiny").experiment_id)

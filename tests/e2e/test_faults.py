@@ -14,9 +14,6 @@ from mlflow import MlflowClient
 
 from tests.helpers import write_image_folder
 
-pytestmark = pytest.mark.slow
-
-
 EXPERIMENT = """\
 name: tiny
 seed: 5
@@ -173,7 +170,7 @@ def test_a_kill_during_a_checkpoint_write_keeps_the_last_good_one(tmp_path):
     script = textwrap.dedent(f"""\
         import torch
         from pathlib import Path
-        from runner import checkpoint
+        from runner.weights import checkpoint
         state = {{"step": 2, "weights": torch.randn(800_000_000 // 4)}}
         print("writing", flush=True)
         checkpoint.save(state, Path({str(tmp_path)!r}))

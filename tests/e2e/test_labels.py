@@ -4,14 +4,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from mlflow import MlflowClient
 
 from tests.fixtures.labels import dataset, experiment
 from tests.helpers import run_cli
 
 
-@pytest.mark.slow
 def test_launch_over_a_gapped_eval_split_notes_it_once_and_logs_the_label_map(project, gapped, capsys):
     code, out, err = run_cli(["launch", experiment(project, gapped)], capsys)
     assert code == 0, err
@@ -26,7 +24,6 @@ def test_launch_over_a_gapped_eval_split_notes_it_once_and_logs_the_label_map(pr
     assert [m.value for m in client.get_metric_history(run.info.run_id, "eval/samples")] == [10]
 
 
-@pytest.mark.slow
 def test_reproduce_warns_when_the_data_here_numbers_the_classes_differently(project, capsys):
     import torch
 
@@ -53,7 +50,6 @@ def test_reproduce_warns_when_the_data_here_numbers_the_classes_differently(proj
     assert code == 0 and "classes " not in err, err
 
 
-@pytest.mark.slow
 def test_a_resume_over_relabelled_class_folders_is_refused(project, capsys):
     from runner.data.labels import load_label_map
 

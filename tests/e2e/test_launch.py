@@ -5,8 +5,6 @@ from mlflow import MlflowClient
 from tests.helpers import LAYOUTS as LAYOUT_PIPELINE
 from tests.helpers import run_cli
 
-pytestmark = pytest.mark.slow
-
 
 def only_run(project, experiment="tiny"):
     client = MlflowClient(f"sqlite:///{project}/mlflow.db")

@@ -1,11 +1,9 @@
 """runner/models/zoo.py: torchvision's and timm's architectures by name, their kwargs, and their classifiers."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 
-@pytest.mark.slow
 def test_the_quickstart_trains_a_timm_model(project, capsys):
     from mlflow import MlflowClient
 

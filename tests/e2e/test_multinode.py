@@ -2,12 +2,9 @@
 import subprocess
 import sys
 
-import pytest
 from mlflow import MlflowClient
 
 from tests.helpers import TINY, free_port
-
-pytestmark = pytest.mark.slow
 
 
 def test_two_nodes_of_one_process_train_as_one_run(project, image_dataset):

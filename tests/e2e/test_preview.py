@@ -4,13 +4,11 @@ real PNGs, a real MLflow store."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.fixtures.preview import read_png
 from tests.helpers import run_cli
 
 
-@pytest.mark.slow
 def test_launch_logs_its_first_train_and_eval_batches_as_the_preview_draws_them(experiment, project, capsys):
     from mlflow import MlflowClient
 

@@ -22,7 +22,6 @@ def small_project(project):
     return project
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name,extra", [
     ("resnet50_ffcv", ["trainer.global_batch_size=8", "trainer.precision=fp32"]),  # fp16 on a CPU: 5x slower
     ("resnet50_rsb_a3", ["trainer.global_batch_size=8", "trainer.precision=fp32"]),

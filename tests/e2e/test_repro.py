@@ -72,7 +72,6 @@ def elsewhere(tmp_path, monkeypatch) -> Path:
     torch.use_deterministic_algorithms(False)
 
 
-@pytest.mark.slow
 def test_export_round_trip(origin, elsewhere, capsys):
     code, _, err = run_cli(["export", origin.run_id[:10], "--uri", origin.uri, "-o", "shared.yaml"], capsys)
     assert code == 0, err
@@ -98,7 +97,6 @@ def test_export_round_trip(origin, elsewhere, capsys):
     assert loss_curve(uri, new.info.run_id) == loss_curve(origin.uri, origin.run_id)
 
 
-@pytest.mark.slow
 def test_reproduce_from_another_directory(origin, elsewhere, capsys):
     from runner.config.load import load_experiment
 
@@ -123,7 +121,6 @@ def test_reproduce_from_another_directory(origin, elsewhere, capsys):
     assert "data (" not in err
 
 
-@pytest.mark.slow
 def test_reproduce_warns_when_the_data_differs(origin, elsewhere, capsys):
     other = elsewhere / "other-data"
     write_image_folder(other / "train", classes=2, per_class=5, seed=7)
@@ -144,14 +141,12 @@ def test_reproduce_warns_when_the_data_differs(origin, elsewhere, capsys):
     assert code == 0 and "not found: /nowhere/train" in err
 
 
-@pytest.mark.slow
 def test_reproduce_an_unknown_run(origin, elsewhere, capsys):
     code, _, err = run_cli(["export", "ffff0000", "--uri", origin.uri], capsys)
     assert code == 2
     assert err.startswith(f"error: RUN_ID: run 'ffff0000' is not in {origin.uri} (its experiments: ")
 
 
-@pytest.mark.slow
 def test_compare_shows_exactly_the_changed_params_and_draws_curves(origin, elsewhere, capsys):
     from runner.repro.compare import differing_params
     from runner.tracking.store import get_run
@@ -178,7 +173,6 @@ def test_compare_shows_exactly_the_changed_params_and_draws_curves(origin, elsew
     assert changed.info.run_id[:8] in (elsewhere / "cmp" / "compare.md").read_text()
 
 
-@pytest.mark.slow
 def test_sweep_runs_each_combination_under_one_parent(tiny_epoch, project, capsys):
     code, out, err = run_cli(["sweep", tiny_epoch, "optimizer.lr=0.01,0.02", "trainer.max_steps=2",
                               "trainer.eval_every_n_epochs=0"], capsys)

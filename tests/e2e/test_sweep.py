@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from tests.helpers import PLAIN, RANDAUG, run_cli, runs_tagged
 
 
@@ -17,7 +15,6 @@ def compiled_train(uri: str, run_id: str) -> str:
     return text
 
 
-@pytest.mark.slow
 def test_sweep_over_seeds_and_pipelines_ends_with_the_grouped_comparison(tiny_epoch, project, capsys):
     code, out, err = run_cli(["sweep", tiny_epoch, "seed=0,1", f"pipelines.train.use={PLAIN},{RANDAUG}",
                               "trainer.max_steps=2"], capsys)

@@ -11,13 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from mlflow import MlflowClient
 
 from tests.helpers import REPO, write_image_folder
-
-pytestmark = pytest.mark.slow
-
 
 STEPS = 18  # 3 epochs of 6 batches
 

@@ -18,9 +18,6 @@ from mlflow import MlflowClient
 
 from tests.helpers import REPO, write_image_folder
 
-pytestmark = pytest.mark.slow
-
-
 PLAIN, RANDAUG = "imagenet_train", "imagenet_train_randaugment"
 
 

@@ -1,7 +1,6 @@
 """Each data split a run reads is one of its MLflow dataset inputs: digest = the data fingerprint."""
 from __future__ import annotations
 
-import pytest
 from mlflow import MlflowClient
 
 from runner.data.scan import fingerprint
@@ -21,7 +20,6 @@ tracking: {{experiment: tiny}}
 """
 
 
-@pytest.mark.slow
 def test_launch_logs_each_split_and_runs_on_the_same_data_share_a_digest(project, image_dataset, capsys):
     path = project / "experiments" / "tiny.yaml"
     path.write_text(TINY.format(root=image_dataset))

@@ -15,9 +15,6 @@ from mlflow import MlflowClient
 
 from tests.helpers import REPO, run_cli, write_image_folder
 
-pytestmark = pytest.mark.slow
-
-
 EPOCHS = 3
 
 

@@ -20,9 +20,6 @@ from mlflow import MlflowClient
 
 from tests.helpers import REPO, free_port, write_image_folder
 
-pytestmark = pytest.mark.slow
-
-
 STEPS = 18  # 3 epochs of 6 batches
 
 

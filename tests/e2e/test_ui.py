@@ -14,7 +14,6 @@ import pytest
 from tests.helpers import REPO, free_port
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_serves_quietly_and_a_stop_leaves_no_process_behind(ui_store, stop):
     root, ids = ui_store

@@ -54,7 +54,6 @@ def trained(module_tmp):
     return root, f"sqlite:///{db}", run.info.run_id
 
 
-@pytest.mark.slow
 def test_the_store_keeps_the_last_and_the_best_checkpoint(trained):
     root, uri, run_id = trained
     client = MlflowClient(uri)
@@ -79,7 +78,6 @@ def test_the_store_keeps_the_last_and_the_best_checkpoint(trained):
     assert [o.model_id for o in client.get_run(run_id).outputs.model_outputs] == [models[0].model_id]
 
 
-@pytest.mark.slow
 def test_fetch_run_weights_from_another_store(trained, tmp_path, monkeypatch):
     from runner.errors import RunnerError
     from runner.weights.store import fetch_run_weights
@@ -100,7 +98,6 @@ def test_fetch_run_weights_from_another_store(trained, tmp_path, monkeypatch):
     assert sha256(best) == sha256(root / "checkpoints" / "tiny" / run_id / "best.pt")
 
 
-@pytest.mark.slow
 def test_fine_tune_from_a_run_id_with_a_new_head(trained, project, capsys, monkeypatch):
     root, uri, run_id = trained
     monkeypatch.setenv("RUNNER_CACHE", str(project / "cache"))
@@ -150,7 +147,6 @@ def test_resume_ignores_model_init(project, capsys):
     assert "note: model.init (nowhere.pt) is ignored: --resume continues from the checkpoint's weights.\n" in err
 
 
-@pytest.mark.slow
 def test_store_down_checkpoints_wait_in_the_bundle_and_sync_delivers_them(project, server, capsys):
     """The store never answers during the run: the kept checkpoints (only those) go to the offline bundle."""
     exp = synth(project / "experiments" / "down.yaml", name="down", epochs=3)
@@ -170,7 +166,6 @@ def test_store_down_checkpoints_wait_in_the_bundle_and_sync_delivers_them(projec
     assert sha256(fetched) == sha256(local)
 
 
-@pytest.mark.slow
 def test_reproduce_weights_evaluates_the_stored_checkpoint_here(trained, capsys, monkeypatch):
     root, uri, run_id = trained
     monkeypatch.chdir(root)

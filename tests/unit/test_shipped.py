@@ -71,7 +71,7 @@ LARGE_MODELS = {"alexnet", "convnext_base", "convnext_large", "efficientnet_b7",
                 "vit_b_16", "vit_b_32", "vit_h_14", "vit_l_16", "vit_l_32", "wide_resnet101_2", "wide_resnet50_2"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE_MODELS else n
+@pytest.mark.parametrize("name", [n
                                   for n in MODELS.names()])
 def test_every_model_runs_forward_on_cpu(name):
     import torch

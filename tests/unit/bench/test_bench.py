@@ -6,8 +6,6 @@ from runner.bench.tune import Knob, Trial, search, tuned_yaml
 from tests.fixtures.bench import SUITE
 from tests.helpers import REPO, run_cli
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.mark.parametrize("args,message", [
     (["--loaders", "dali,tf"], "error: command line: --loaders: unknown loader 'tf'. Loaders: synthetic, dali, "

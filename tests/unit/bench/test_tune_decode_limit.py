@@ -24,7 +24,7 @@ def best(wait: float, gpu: float | None, busy: float | None, stream: float | Non
 
 
 @pytest.mark.parametrize("wait, gpu, busy, seen", [
-    # CPU decode of every full-size JPEG on the H200 (docs/benchmarks.md, "Eager vs torch.compile", machine G): 27.8% wait, GPU 82.6%
+    # CPU decode of every full-size JPEG on the H200 (docs/benchmarks.md, "Eager vs torch.compile"): 27.8% wait, GPU 82.6%
     (0.278, 82.6, 70.0, "data wait 27.8% of the step time, GPU busy 83%, training thread busy 70%"),
     # the hybrid with too large a CPU share: the CPU copy is late though the GPU is nearly full
     (0.118, 92.6, 96.0, "data wait 11.8% of the step time, GPU busy 93%, training thread busy 96%"),

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import hashlib
 
-import pytest
-
-pytestmark = pytest.mark.slow
-
 
 def batch_digest(overrides: list[str], **validate_args) -> str:
     """sha256 of two epochs of experiments/det.yaml's training batches (images and labels) under `overrides`."""

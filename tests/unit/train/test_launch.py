@@ -1,9 +1,6 @@
 """`runner launch` end to end on the CPU: real DALI, real torch, a real MLflow store, real gloo DDP."""
-import pytest
 
 from tests.helpers import run_cli
-
-pytestmark = pytest.mark.slow
 
 
 def test_bad_tracking_uri_fails_before_training(tiny, capsys):
