@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+# torch is imported in the functions that use it, for start-up: `runner validate` reads Dist and runs without
+# torch (~4 s).
+
 # torch is imported where it is used: `runner validate` plans a run's ranks without loading it
 
 

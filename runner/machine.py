@@ -8,6 +8,8 @@ from typing import Any
 
 from runner.errors import MachineError
 
+# pynvml is imported where GPUs are counted: it loads NVIDIA's driver library, absent on CPU-only machines.
+
 log = logging.getLogger(__name__)
 
 GIB = 1024 ** 3

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, TINY, TINY_DETERMINISTIC, write_image_folder
+from tests.helpers import REPO, TINY, TINY_DETERMINISTIC, shared_tmp, write_image_folder
 
 # fixtures a topic's unit and end-to-end tests share
 pytest_plugins = [
@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fixtures.determinism",
     "tests.fixtures.dsl_compile",
     "tests.fixtures.epoch_plan",
+    "tests.fixtures.finished",
     "tests.fixtures.labels",
     "tests.fixtures.preview",
     "tests.fixtures.shards",
@@ -43,9 +44,11 @@ def image_dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def runner_cache(tmp_path_factory) -> Path:
-    """runner's user cache (reader file lists, fetched checkpoints) in the session's temp folder, not the user's
-    ~/.cache/runner; the CLI's subprocesses inherit it."""
-    path = tmp_path_factory.mktemp("runner-cache")
+    """runner's user cache (reader file lists, kept facts, fetched checkpoints) in the session's temp folder, not
+    the user's ~/.cache/runner; one for all pytest-xdist workers, as one machine's runs share one (its files are
+    written whole, under names of their content); the CLI's subprocesses inherit it."""
+    path = shared_tmp(tmp_path_factory) / "runner-cache"
+    path.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RUNNER_CACHE", str(path))
         yield path

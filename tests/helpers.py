@@ -152,6 +152,12 @@ tracking: {{experiment: tiny}}
 """
 
 
+def shared_tmp(tmp_path_factory) -> Path:
+    """The session's temp folder that every pytest-xdist worker sees (a worker's own basetemp is a child of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if base.name.startswith("popen-gw") else base
+
+
 def runs_tagged(uri: str, tag: str, value: str) -> list:
     client = MlflowClient(uri)
     ids = [e.experiment_id for e in client.search_experiments()]

@@ -3,6 +3,7 @@ run on this machine (several at once, each on its own GPUs and cores) or as SLUR
 children that did not finish."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from rich.markup import escape
@@ -48,16 +49,12 @@ def register(sub) -> None:
 
 
 def _positive(text: str) -> int:
-    import argparse
-
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of 1 or more")
     return int(text)
 
 
 def _positive_or_zero(text: str) -> int:
-    import argparse
-
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of 0 or more")
     return int(text)

@@ -2,8 +2,10 @@
 answer."""
 from __future__ import annotations
 
+import json
 import os
 import socket
+from pathlib import Path
 
 from runner import console
 
@@ -40,8 +42,6 @@ def register(sub) -> None:
 
 
 def server(args) -> int:
-    from pathlib import Path
-
     from runner.commands.ui import check_port_free, serve
     from runner.tracking import server as srv
 
@@ -88,9 +88,6 @@ def sync(args) -> int:
 
 def _log_model(bundle: str, uri: str, run_id: str) -> None:
     """A delivered run with checkpoints gets the LoggedModel that launch makes when the store answers."""
-    import json
-    from pathlib import Path
-
     from runner.tracking.logged_model import log_logged_model
     from runner.weights.store import INDEX
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -67,8 +68,6 @@ def run(args) -> int:
 
 
 def check_port_free(host: str, port: int) -> None:
-    import socket
-
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         # as the server binds: a port whose last server just stopped (connections in TIME_WAIT) is free
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

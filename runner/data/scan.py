@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+from PIL import Image, ImageFile, UnidentifiedImageError
+
 from runner.data.paths import DEFAULT_SKIP_LIST
 from runner.data.pixels import dali_refuses, rgb_as_dali
 from runner.data.pool import Progress, map_in_pool
@@ -271,8 +274,6 @@ def check_images(root: str | Path, *, workers: int | None = None, progress: Prog
 
 
 def setup_decoder() -> None:
-    from PIL import Image, ImageFile
-
     Image.MAX_IMAGE_PIXELS = None            # DALI decodes large images; Pillow's bomb guard would flag them
     ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file must fail, not decode to grey
     warnings.simplefilter("ignore")          # EXIF and ICC complaints are not decode failures
@@ -296,8 +297,6 @@ def try_decode_bytes(data: bytes) -> tuple[str | None, str | None, str | None]:
 def _decode(source, size: int, head) -> tuple[str | None, str | None, str | None]:
     """Pillow decodes the whole image as DALI would take it; a failure's reason names the format when the header does.
     `head` gives the first bytes, read only to explain a failure."""
-    from PIL import Image, UnidentifiedImageError
-
 
     if size == 0:
         return "zero bytes", None, None
@@ -322,8 +321,6 @@ def _decode(source, size: int, head) -> tuple[str | None, str | None, str | None
 
 def _load_array(path: str) -> tuple[str | None, str | None, str | None]:
     """A decoded-cache file: (why it is unusable or None, "NPY", "RGB")."""
-    import numpy as np
-
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except OSError as e:

@@ -60,6 +60,8 @@ from runner.data.shardset import (
 from runner.data.tfrecord import RecordWriter, write_index
 from runner.errors import DataError, display_path
 
+# webdataset is imported where tar shards are written: only `runner data shard` needs it.
+
 log = logging.getLogger(__name__)
 
 FORMATS = ("webdataset", "tfrecord")

@@ -13,6 +13,9 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+# tfrecord and DALI are imported where records are written or read: `runner validate` reads this module for
+# its names, and a torchvision run has no DALI.
+
 IMAGE_KEY = "image/encoded"
 LABEL_KEY = "image/class/label"
 CLASS_KEY = "image/class/text"

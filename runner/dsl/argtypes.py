@@ -7,6 +7,8 @@ from typing import Any
 
 from runner.dsl.catalog import load_catalog
 
+# DALI is imported where an enum value is built: checks read its names from the kept catalog (start-up).
+
 ENUM_OF_TYPE = {"DATA_TYPE": "DALIDataType", "_DATA_TYPE_VEC": "DALIDataType",
                 "IMAGE_TYPE": "DALIImageType", "INTERP_TYPE": "DALIInterpType"}
 ENUM_WORDS = {"DALIDataType": "a data type", "DALIImageType": "an image type",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ from typing import Any
 from runner.augment import COMPOSITIONS, load, resolve_check
 from runner.errors import ConfigError, closest, did_you_mean, list_names
 from runner.files import facts_key, installed_version, kept_facts
+
+# DALI is imported where its registries are read: a kept catalog (files.kept_facts) serves every later start,
+# and a machine without DALI gets a ConfigError rather than an ImportError.
 
 # Arguments the runner owns: dsl.check injects them into each reader from the global rank and world size.
 RUNNER_OWNED = {"shard_id": "the global rank", "num_shards": "the world size"}
@@ -256,7 +260,7 @@ def load_catalog() -> Catalog:
     """All operators of the installed DALI, with its enums, math functions and layouts: read from DALI once per
     installed version (and version of this code), then from runner's cache."""
     version = installed_version(prefix="nvidia-dali")
-    if version is None:
+    if version is None or not _importable("nvidia.dali"):
         raise ConfigError(
             "NVIDIA DALI is not installed, so pipelines cannot be checked or built. Install runner with "
             "the DALI extra that matches torch's CUDA: pip install -e '.[cuda13]' (or '.[cuda12]').",
@@ -264,6 +268,14 @@ def load_catalog() -> Catalog:
     here = Path(__file__).parent
     sources = (here / "catalog.py", here.parent / "augment" / "__init__.py", *sorted((here.parent / "augment").glob("[!_]*.py")))
     return kept_facts("dali-catalog", facts_key(version, sources=sources), read_catalog)
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` can be found, without importing it: its metadata alone may outlive a broken install."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def read_catalog() -> Catalog:

@@ -12,6 +12,9 @@ from runner.dsl.catalog import GPU_COPY_OP, load_catalog
 from runner.dsl.checked import Arg, CheckedGraph, Enum, ExprNode, Lit, OpNode, Stream, Typed
 from runner.errors import ConfigError
 
+# DALI is imported where a pipeline is built: `runner validate` and `runner compile` read this module without
+# it (start-up).
+
 # Python's operators on DALI DataNodes build DALI's arithmetic, exactly as in a hand-written pipeline
 BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
           "%": operator.mod, "**": operator.pow, "&": operator.and_, "|": operator.or_, "^": operator.xor,

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
+from torch import nn
 
 from runner import console, dist
 from runner.config.frozen import IDENTITY_TAGS
@@ -178,8 +180,6 @@ def run_eval_worker(v, weights: Path, state: dict[str, Any] | None = None) -> in
         cfg, tc = v.config, v.config.trainer
         configure_torch(cfg, d)
         loaders = create_eval_loaders(v.loaders, d)
-        import torch
-
         criterion = torch.nn.CrossEntropyLoss(label_smoothing=tc.label_smoothing)  # the loss launch reports
         nets = {key: load_model(build_model(cfg, d), state[key], key, weights) for key in WEIGHTS
                 if state.get(key) is not None}
@@ -213,8 +213,6 @@ def load_model(model, weights: dict[str, Any], key: str, path: Path):
 def evaluate_main_split(v, state: dict[str, Any], path: Path) -> dict[str, float]:
     """eval/top1, eval/top5, eval/loss and eval/samples of the checkpoint's model on `v`'s eval split, in this one
     process, logging nothing (runner reproduce --weights)."""
-    from torch import nn
-
 
     d = Dist(accelerator=v.target.accelerator)
     loader = create_loader(v.loaders, "eval", d)

@@ -29,6 +29,9 @@ from runner.loaders.dali_plan import pipeline_args
 if TYPE_CHECKING:
     from runner.dsl.compile import PipelineArgs
 
+# DALI's PyTorch plugin is imported where an iterator is made: every loader's module imports this one, and a
+# torchvision run goes without DALI.
+
 
 class DaliLoader:
     """One DALI pipeline, or for a hybrid train pipeline (pipelines.train.hybrid) two, whose batches are

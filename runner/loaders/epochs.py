@@ -14,6 +14,8 @@ from runner.config.sections import ResolutionConfig
 from runner.errors import ConfigError
 from runner.loaders.config import LoaderConfig
 
+# timm is imported where repeated-augmentation indices are made, for start-up (`runner validate`, ~1 s).
+
 
 def resolution_at(r: ResolutionConfig, epoch: int) -> int:
     """FFCV's get_resolution (ffcv-imagenet train_imagenet.py): min_res up to start_ramp, max_res from end_ramp, and

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import pil_loader
 
 from runner.data.labels import extra_classes, extra_classes_error
 from runner.data.paths import split_dir
@@ -23,8 +25,6 @@ from runner.machine import cpu_cores
 
 def load_rgb(path: str):
     """torchvision's PIL loader, with a decode failure that names the file (workers pickle it by name)."""
-    from torchvision.datasets.folder import pil_loader
-
     try:
         return pil_loader(path)
     except (OSError, ValueError, SyntaxError) as e:
@@ -131,8 +131,6 @@ class FolderLoader:
 
     @classmethod
     def create(cls, loader: LoaderConfig, role: str, target: Dist, *, state: Any = None) -> FolderLoader:
-        from torchvision.datasets import ImageFolder
-
 
         cfg, device = loader.data, target.device
         tv = cfg.torchvision

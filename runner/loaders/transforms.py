@@ -12,6 +12,9 @@ from runner.config.sections import TorchvisionConfig
 from runner.errors import ConfigError, Locator, error_at
 from runner.registry import Registry
 
+# torchvision is imported where transforms are built, for start-up: `runner validate` checks their names
+# without it (~2 s with torch).
+
 TRANSFORM_NAMES = [
     "AutoAugment", "CenterCrop", "ColorJitter", "ConvertImageDtype", "GaussianBlur", "Grayscale",
     "Normalize", "PILToTensor", "RandAugment", "RandomCrop", "RandomErasing", "RandomGrayscale",

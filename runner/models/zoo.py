@@ -15,6 +15,9 @@ from runner.config.sections import ModelConfig
 from runner.errors import ConfigError, Locator, did_you_mean, error_at
 from runner.registry import Registry
 
+# torch, torchvision and timm are imported where a model is built, for start-up: `runner validate` checks a
+# model's name from kept lists without them (~5 s).
+
 TIMM_PREFIX = "timm/"
 TIMM_EXTRA = "pip install 'timm>=1.0' (a dependency of runner)"
 

@@ -14,6 +14,8 @@ from runner.config.sections import OptimizerConfig
 from runner.errors import ConfigError, did_you_mean
 from runner.files import facts_key, installed_version, kept_facts
 
+# timm.optim is imported where an optimizer is made: its names and parameters are kept facts (start-up).
+
 # runner's own keys that reach the optimizer's constructor when it takes them; the rest go through optimizer.kwargs
 COMMON_ARGS = ("momentum", "nesterov", "betas", "eps")
 COMMON_OPTIMIZERS = ("sgd", "momentum", "adamw", "lamb", "lars", "lion", "rmsproptf", "adafactor")

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from runner.config.sections import SchedulerConfig
 from runner.registry import Registry
 
+# torch is imported where a scheduler is made, for start-up (`runner validate` checks the section).
+
 SCHEDULES: Registry[Callable[..., Callable[[int], float]]] = Registry("scheduler")
 
 

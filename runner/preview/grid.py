@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from PIL import Image, ImageDraw, ImageFont
 
 from runner.dsl.checked import Lit, OpNode, Stream
 
 if TYPE_CHECKING:
     import torch
     from PIL import Image
+
+# torchvision is imported where a grid is de-normalised, for start-up (`runner validate` reads GridSource).
 
 
 
@@ -168,8 +171,6 @@ TITLE_FONT = 16
 
 
 def _font(size: int):
-    from PIL import ImageFont
-
     return ImageFont.load_default(size=size)  # Pillow's bundled font: the same pixels on every machine
 
 
@@ -211,8 +212,6 @@ def caption_lines(caption: Caption, font, width: int) -> list[str]:
 
 def draw_grid(pixels: np.ndarray, caps: Sequence[Caption], title: str, subtitle: str = "") -> Image.Image:
     """uint8 NHWC RGB images in a near-square grid, each over its caption, under a header."""
-    from PIL import Image, ImageDraw
-
     n, h, w = pixels.shape[:3]
     k = max(1, math.ceil(MIN_CELL / max(h, w)))
     cw, ch = w * k, h * k

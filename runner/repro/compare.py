@@ -13,6 +13,8 @@ from runner.repro.stats import SIGNIFICANT, Spread, p_text, spread, welch_p
 from runner.tracking.store import RunRecord, metric_history
 from runner.train.budgets import TIME_TO
 
+# matplotlib is imported where the chart is drawn (~0.5 s); the table is printed without it.
+
 # (metric, x axis label, y axis label, scale): one panel of the chart each
 CURVES = (("train/loss", "step", "train loss", 1.0), ("eval/top1", "epoch", "eval top-1 (%)", 100.0),
           ("loader/images_per_s", "step", "loader images/s", 1.0))

@@ -7,6 +7,8 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# scipy.stats is imported where a p-value is computed (~1 s); most comparisons have one group per side.
+
 SIGNIFICANT = 0.05  # a lead with Welch's p below this is reported as larger than the spread over seeds
 
 

@@ -5,6 +5,9 @@ import os
 import signal
 
 import torch
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import get_args_parser, run
 
 from runner import console
 from runner.config.sections import TrainerConfig
@@ -44,10 +47,6 @@ def torchrun_args(tc: TrainerConfig, processes: int, experiment: str, overrides:
 
 def run_torchrun(args: list[str], processes: int) -> int:
     """PyTorch's launcher (torch.distributed.run), in this process so that its failure report is ours."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser, run
-
     os.environ[WORKER_ENV] = str(os.getpid())
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cpu_cores() // processes)))
     console.note(f"starting {processes} processes per node with torchrun: torchrun {' '.join(args)}")
@@ -67,7 +66,5 @@ def run_torchrun(args: list[str], processes: int) -> int:
 
 
 def torch_threads(d) -> None:
-    import torch
-
     if d.device.type == "cpu":
         torch.set_num_threads(max(1, cpu_cores() // max(1, d.local_world)))

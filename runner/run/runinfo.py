@@ -18,6 +18,9 @@ from runner.data.paths import split_dir
 from runner.loaders.dali_plan import dali_seed
 from runner.machine import cpu_cores, gpu_info
 
+# torch is imported in the functions that read its versions, for start-up: commands that run nothing read
+# this module.
+
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 CODE_PATTERNS = ("*.py", "*.yaml", "*.yml")  # untracked files that change what a run does
 
@@ -69,7 +72,7 @@ def versions() -> dict[str, str]:
             out["version.dali"] = f"{metadata.version(dist)} ({dist})"
         except metadata.PackageNotFoundError:
             continue
-    import torch
+    import torch  # start-up: this module is read by commands that run nothing
 
     out["version.torch_cuda"] = str(torch.version.cuda)
     if torch.cuda.is_available():

@@ -9,6 +9,8 @@ from typing import Any
 
 from runner.tracking.uri import mlflow_client
 
+# mlflow is imported where a LoggedModel is made, for start-up (~2 s).
+
 log = logging.getLogger(__name__)
 
 

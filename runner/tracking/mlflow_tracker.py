@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 from runner.tracking.datasets import mlflow_dataset_input
 from runner.tracking.uri import resolve_tracking_uri
 
+# mlflow is imported where it is used, for start-up: `runner validate` reads this module and checks the
+# tracking section without it (~2 s).
+
 log = logging.getLogger("runner.tracking")
 
 

@@ -12,6 +12,8 @@ from runner.tracking.datasets import data_input_from_json, mlflow_dataset_input
 from runner.tracking.mlflow_tracker import delete_run_artifact, ensure_experiment, now_ms, short_reason
 from runner.tracking.uri import BATCH_METRICS, BATCH_PARAMS, OFFLINE_DIR, SYNCED_MARKER, mlflow_client
 
+# mlflow is imported where a bundle is replayed, for start-up (~2 s).
+
 
 @dataclass(frozen=True)
 class Bundle:

@@ -10,6 +10,8 @@ from runner.errors import RunnerError
 from runner.tracking.mlflow_tracker import MlflowTracker, ensure_experiment, short_reason
 from runner.tracking.uri import MAX_TAG_VAL_LENGTH, flatten, mlflow_client, resolve_tracking_uri, truncate
 
+# mlflow is imported where a parent run is written, for start-up (~2 s).
+
 
 def parent_run(tracking: TrackingConfig, at: dict, *, run_name: str, tags: dict[str, str],
                params: dict[str, Any]) -> MlflowTracker | None:

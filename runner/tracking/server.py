@@ -22,6 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from runner.errors import RunnerError
 
+# psycopg is imported where the server's database is made: only `runner tracking server` needs it.
+
 DATABASE = "mlflow"
 DB_USER = "mlflow"
 PG_PORT = 5432          # names the socket file in the cluster's own folder; nothing listens on TCP

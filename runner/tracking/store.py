@@ -18,6 +18,8 @@ from runner.config.frozen import IDENTITY_TAGS
 from runner.errors import RunnerError, did_you_mean, error_at, list_names
 from runner.tracking.uri import mlflow_client, resolve_tracking_uri
 
+# mlflow is imported where a store is read, for start-up (~2 s).
+
 RUN_ID_LENGTH = 32
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -12,6 +12,8 @@ from typing import Any
 from runner.config.sections import TrackingConfig
 from runner.errors import ConfigError, closest
 
+# mlflow is imported where a client is made, for start-up: a URI is checked without it (~2 s).
+
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 OFFLINE_DIR = Path("mlflow-offline")
 SYNCED_MARKER = "synced.json"

@@ -16,6 +16,7 @@ import copy
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from runner.config.sections import EmaConfig
@@ -64,8 +65,6 @@ class ModelEma:
         """Rank 0's buffers on every rank (parameters are already equal): one model, evaluated and saved."""
         if not d.enabled:
             return
-        import torch.distributed as dist
-
         for buffer in self.module.buffers():
             dist.broadcast(buffer, src=0)
 

@@ -8,6 +8,8 @@ from torch import nn
 
 from runner.config.sections import LossConfig
 
+# timm is imported only for its BCE loss (the mixing recipes'), for start-up of runs that use plain CE.
+
 
 class Losses(NamedTuple):
     hard: nn.Module    # class-index targets: smoothed by trainer.label_smoothing

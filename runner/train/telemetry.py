@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 import psutil
+import torch
 
 from runner.machine import GIB, load_nvml, nvml_handles
 
@@ -124,8 +125,6 @@ class StreamWaitMeter:
 
     @staticmethod
     def _cuda_event():
-        import torch
-
         return torch.cuda.Event(enable_timing=True)
 
     def _event(self):

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
 from runner import console
 from runner.errors import DataError, RunnerError, counted, did_you_mean, display_path, list_names
 from runner.weights import checkpoint
@@ -171,8 +173,6 @@ def average_state_dicts(named: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[
     each floating tensor summed in float64, divided by their number and cast back to its own dtype; integer and
     bool tensors (BatchNorm's num_batches_tracked) and non-tensors are the last (newest) state's. DataError when a
     state's keys, shapes or dtypes differ from the first's."""
-    import torch
-
     sums: dict[str, torch.Tensor] = {}
     first: tuple[str, Mapping[str, Any]] | None = None
     newest: Mapping[str, Any] = {}
@@ -195,8 +195,6 @@ def average_state_dicts(named: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[
 
 def check_fits(name: str, state: Mapping[str, Any], first_name: str, first: Mapping[str, Any]) -> None:
     """Refuse to average weights of another model (or class count) into the first checkpoint's."""
-    import torch
-
     only_here, only_there = [k for k in state if k not in first], [k for k in first if k not in state]
     if only_here or only_there:
         parts = ([f"{len(only_here)} not in {first_name} ({list_names(only_here, 4)})"] if only_here else []) + \
@@ -213,8 +211,6 @@ def check_fits(name: str, state: Mapping[str, Any], first_name: str, first: Mapp
 
 def described(t) -> str:
     """'[3, 512] float32' (a tensor's shape and dtype), or the type of what is not a tensor."""
-    import torch
-
     if not isinstance(t, torch.Tensor):
         return f"a {type(t).__name__}"
     return f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}"

@@ -10,6 +10,9 @@ from runner.config.sections import Experiment, HybridConfig
 from runner.errors import ConfigError, DataError, display_path
 from runner.loaders.slots import global_batch
 
+# torch is imported where a checkpoint is saved or loaded, for start-up: `runner validate` reads this module
+# to check checkpoint settings (~4 s).
+
 LAST = "last.pt"
 
 

@@ -30,6 +30,9 @@ from runner.weights import checkpoint
 from runner.weights.kept import BEST
 from runner.weights.store import fetch_run_weights, latest_finished_run
 
+# torch, torchvision and safetensors are imported where weights are read, for start-up: `runner validate`
+# plans model.init without them.
+
 log = logging.getLogger("runner.weights.init")
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")

@@ -6,87 +6,40 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
 from mlflow import MlflowClient
 
-from tests.helpers import REPO, run_cli, write_image_folder
-
-TINY = """\
-name: tiny
-seed: 3
-model: {{name: resnet18, num_classes: 3}}
-optimizer: {{lr: 0.02}}
-trainer: {{epochs: 1, log_every_n_steps: 2}}
-data:
-  root: {root}
-  batch_size: 4
-  eval_splits: [val_b]
-  torchvision:
-    eval: ["Resize(36)", "CenterCrop(32)", "ToTensor()"]
-pipelines:
-  train: {{use: imagenet_train, params: {{size: 32}}}}
-  eval: {{use: imagenet_eval, params: {{size: 32, resize_shorter: 36}}}}
-tracking: {{experiment: tiny}}
-"""
-
-
-@dataclass(frozen=True)
-class Origin:
-    root: Path
-    data: Path
-    uri: str
-    run_id: str
-
-    @property
-    def checkpoint(self) -> str:
-        return f"checkpoints/tiny/{self.run_id}/last.pt"
+from tests.fixtures.finished import Finished
+from tests.helpers import run_cli, write_image_folder
 
 
 @pytest.fixture(scope="module")
-def origin(module_tmp) -> Origin:
-    """One tiny run (a few steps on the CPU) with an extra eval split, logged in its project's ./mlflow.db."""
-    from runner.cli import main
-
-    root = module_tmp
-    data = root / "data"
-    write_image_folder(data / "train", classes=3, per_class=8, seed=1)
-    write_image_folder(data / "val", classes=3, per_class=3, seed=2)
-    write_image_folder(data / "val_b", classes=2, per_class=4, seed=3)  # no folder for c2
-    shutil.copytree(REPO / "pipelines", root / "pipelines")
-    (root / "experiments").mkdir()
-    (root / "experiments" / "tiny.yaml").write_text(TINY.format(root=data))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        assert main(["launch", "experiments/tiny.yaml"]) == 0
-    uri = f"sqlite:///{root}/mlflow.db"
-    client = MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
-    return Origin(root=root, data=data, uri=uri, run_id=run.info.run_id)
+def origin(finished) -> Finished:
+    """The session's finished run (resnet18, 3 classes, an extra eval split val_b), in this module's own project."""
+    return finished
 
 
 @pytest.fixture
-def at_origin(origin, monkeypatch) -> Origin:
+def at_origin(origin, monkeypatch) -> Finished:
     monkeypatch.chdir(origin.root)
     return origin
 
 
-def evaluations_of(origin: Origin) -> list:
+def evaluations_of(origin: Finished) -> list:
     client = MlflowClient(origin.uri)
     return list(client.search_runs([client.get_experiment_by_name("tiny").experiment_id],
                                    f"tags.`runner.evaluates` = '{origin.run_id}'", order_by=["attributes.start_time"]))
 
 
-def newest_evaluation(origin: Origin):
+def newest_evaluation(origin: Finished):
     runs = evaluations_of(origin)
     assert runs, "no evaluation run was logged"
     return runs[-1]
 
 
-def artifact_json(origin: Origin, run_id: str, name: str) -> dict:
+def artifact_json(origin: Finished, run_id: str, name: str) -> dict:
     from runner.tracking.store import read_artifact
 
     text = read_artifact(origin.uri, run_id, f"evaluation/{name}.json")
@@ -94,7 +47,7 @@ def artifact_json(origin: Origin, run_id: str, name: str) -> dict:
     return json.loads(text)
 
 
-def assert_consistent(origin: Origin, run, prefix: str, samples: int) -> None:
+def assert_consistent(origin: Finished, run, prefix: str, samples: int) -> None:
     """Metrics, per-class metrics and the logged confusion matrix tell one story."""
     m = run.data.metrics
     assert m[f"{prefix}/samples"] == samples
@@ -176,8 +129,8 @@ def test_evaluate_refusals(at_origin, capsys):
             "(the resolved experiment) beside them, as the last.pt files under trainer.checkpoint_dir do.",
         ("evaluate", "missing/last.pt"): "CHECKPOINT: missing/last.pt: no such checkpoint file.",
         ("evaluate", at_origin.checkpoint, "data.eval_split=val_9"):
-            "command line 'data.eval_split=val_9': data.eval_split: data/val_9: no such folder; data holds: train, "
-            "val, val_b. Expected an ImageFolder: ROOT/<class>/<image>.jpg, one folder per class with the images "
+            f"command line 'data.eval_split=val_9': data.eval_split: {at_origin.data}/val_9: no such folder; "
+            f"{at_origin.data} holds: train, val, val_b. Expected an ImageFolder: ROOT/<class>/<image>.jpg, one folder per class with the images "
             "directly inside.",
     }
     before = len(evaluations_of(at_origin))

@@ -1,24 +1,16 @@
 """runner export / reproduce / compare / sweep against a real MLflow store holding a real (tiny) run."""
 from __future__ import annotations
 
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from mlflow import MlflowClient
 
-from tests.helpers import REPO, TINY_DETERMINISTIC, run_cli, runs_tagged, write_image_folder
+from tests.fixtures.finished import Finished
+from tests.helpers import run_cli, runs_tagged, write_image_folder
 
 IDENTITY = ("tracking.run_name", "tracking.uri", "tracking.tags")  # which run it is and where it was logged
-
-
-@dataclass(frozen=True)
-class Origin:
-    root: Path
-    uri: str
-    run_id: str
 
 
 def training_params(params: dict[str, str], *, pipelines: bool = True) -> dict[str, str]:
@@ -40,26 +32,9 @@ def compiled_body(uri: str, run_id: str, role: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def origin(module_tmp, image_dataset) -> Origin:
-    """One tiny deterministic run, logged in its own project folder's ./mlflow.db."""
-    import torch
-
-    from runner.cli import main
-
-    root = module_tmp
-    shutil.copytree(REPO / "pipelines", root / "pipelines")
-    (root / "experiments").mkdir()
-    (root / "experiments" / "tiny.yaml").write_text(TINY_DETERMINISTIC.format(root=image_dataset))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        try:
-            assert main(["launch", "experiments/tiny.yaml"]) == 0
-        finally:
-            torch.use_deterministic_algorithms(False)  # train.configure_torch sets it for the whole process
-    uri = f"sqlite:///{root}/mlflow.db"
-    client = MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
-    return Origin(root=root, uri=uri, run_id=run.info.run_id)
+def origin(finished) -> Finished:
+    """The session's finished run (deterministic), in this module's own project."""
+    return finished
 
 
 @pytest.fixture
