@@ -104,10 +104,10 @@ def tiny_epoch(project, image_dataset) -> Path:
 # The test files that take longest (`--durations` on a 2-core machine), started first: each file runs on one
 # pytest-xdist worker (--dist loadfile), and a long file started last keeps the session going while the other
 # workers have nothing left to do.
-LONGEST_FIRST = ("test_tracking_server.py", "test_sweep_slurm.py", "test_bench.py", "test_faults.py", "test_sweep.py",
-                 "test_epoch_plan.py", "test_accumulate.py", "test_determinism.py", "test_ema.py",
-                 "test_tracking_outage_launch.py", "test_sweep_local.py", "test_repro.py", "test_weights.py",
-                 "test_recipes.py", "test_launch.py", "test_multinode.py")
+LONGEST_FIRST = ("test_bench.py", "test_faults.py", "test_sweep_slurm.py", "test_tracking_server.py", "test_recipes.py",
+                 "test_accumulate.py", "test_tracking_outage_launch.py", "test_sweep.py", "test_determinism.py",
+                 "test_ema.py", "test_epoch_plan.py", "test_repro.py", "test_weights.py", "test_sweep_local.py",
+                 "test_evaluate.py", "test_multinode.py", "test_tracking.py", "test_launch.py", "test_budgets.py")
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
