@@ -1,6 +1,8 @@
 """`runner models`: the names `model.name` accepts."""
 from __future__ import annotations
 
+from rich.markup import escape
+
 from runner import console
 
 
@@ -17,8 +19,6 @@ def run(args) -> int:
 
 
 def print_models(pattern: str | None) -> None:
-    from rich.markup import escape
-
     from runner.models.zoo import TIMM_EXTRA, model_sources, timm_models
 
     rows = model_sources(pattern)
