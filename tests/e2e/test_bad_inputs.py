@@ -1,9 +1,6 @@
-"""A catalog of bad inputs, each through the real CLI in-process, each message pinned.
-
-Every case: exit code 2, stderr is one paragraph that starts with "error: " (one line, no traceback),
-naming the file (or the command line) and the key path or pipeline step, and what would be valid.
-Then the cases where nothing may fail (files that decode, values YAML reads as numbers), and the
-cases where a failure must not lose what was already written.
+"""The bad inputs that are found only once training starts, each through the real CLI, each message pinned: files
+that do not decode, partner processes and stores that fail, and the odd but valid folders and files that must train.
+tests/unit/run/test_bad_inputs.py holds the catalog the checks refuse before any work.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""runner compare on a real MLflow store whose runs are logged directly through mlflow: known final values,
-so the printed n, mean, std, min - max and Welch's p are exact."""
+"""runner compare through the CLI as an 80-column terminal runs it, on runs logged directly through mlflow: every
+group value stays whole. tests/unit/repro/test_compare.py holds the exact spreads and Welch's p."""
 from __future__ import annotations
 
 import os

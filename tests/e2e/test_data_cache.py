@@ -1,5 +1,5 @@
-"""The pre-decoded cache (`runner data cache`): layout, arrays, resuming, refusals, bad files, and the shipped
-cache pipeline reading it through a real DALI CPU pipeline."""
+"""A run on a cache (JPEG or raw) whose source images changed since it was made says so.
+tests/unit/data/test_cache.py holds `runner data cache` itself."""
 from __future__ import annotations
 
 from PIL import Image

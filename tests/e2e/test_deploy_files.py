@@ -1,8 +1,5 @@
-"""The deployment files hold together: Dockerfile, docker-compose.yml, the SLURM script, docs/deploy.md.
-
-Docker cannot run where these tests run, so nothing is built: the files are parsed and checked
-against the repository, pyproject.toml and runner's own command line.
-"""
+"""The deployment files run as written: every Dockerfile RUN instruction is valid sh, the SLURM script is valid
+bash and starts one runner per node with its rank. tests/unit/test_deploy_files.py checks what they say."""
 from __future__ import annotations
 
 import os

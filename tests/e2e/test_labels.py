@@ -1,4 +1,6 @@
-"""Labels by class name: the train split's class folders define the map, every other split is read by name."""
+"""Labels by class name through launch, reproduce and resume: a gapped eval split noted once with its label map
+logged, a reproduction over data that numbers classes differently warned, a resume over relabelled folders refused.
+tests/unit/data/test_labels.py holds the map and its checks."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""runner/models/zoo.py: torchvision's and timm's architectures by name, their kwargs, and their classifiers."""
+"""The quickstart trains a timm model (model.name: timm/<name>). tests/unit/models/test_zoo.py holds the zoo."""
 from __future__ import annotations
 
 import torch

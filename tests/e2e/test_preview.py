@@ -1,6 +1,5 @@
-"""`runner preview` and the grids every launch logs: real DALI CPU pipelines on solid-colour JPEGs (each class
-its own colour, so an image's colour says which label it must carry), the torchvision and synthetic loaders,
-real PNGs, a real MLflow store."""
+"""A launch logs its first train and eval batches as `runner preview` draws them.
+tests/unit/preview/test_preview.py holds the grids."""
 from __future__ import annotations
 
 import numpy as np

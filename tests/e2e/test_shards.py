@@ -1,5 +1,7 @@
-"""`runner data shard` and the WebDataset pipelines: shards, DALI indexes, labels by name, the manifest, resume,
-batches identical to the ImageFolder's, the data commands on shards, and a broken shard's one-paragraph error."""
+"""`runner data shard` and runs on shards: WebDataset and TFRecord shards written, resumed and checked; a run on
+shards records their fingerprint and label map, reads every image once an epoch, is evaluated and reproduced as a
+folder run is, and stops with one paragraph on a broken shard. tests/unit/data/test_shards.py holds the checks
+made before any work."""
 from __future__ import annotations
 
 import io

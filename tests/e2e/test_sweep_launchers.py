@@ -1,5 +1,5 @@
-"""The sweep's launchers without running a child: how exit codes read, the slots a machine is split into, the sbatch
-command and job script a plan gives, and which children `runner sweep --resume` runs again."""
+"""The SLURM job script a sweep writes is valid bash that resumes its child.
+tests/unit/sweep/test_launchers.py holds the launchers without running a child."""
 from __future__ import annotations
 
 import shlex

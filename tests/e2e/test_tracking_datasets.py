@@ -1,4 +1,5 @@
-"""Each data split a run reads is one of its MLflow dataset inputs: digest = the data fingerprint."""
+"""A launch logs each data split it reads as an MLflow dataset input; runs on the same data share a digest.
+tests/unit/tracking/test_datasets.py holds the digest and the offline replay."""
 from __future__ import annotations
 
 from mlflow import MlflowClient

@@ -1,5 +1,5 @@
-"""The shipped recipes (experiments/resnet50_ffcv.yaml, resnet50_rsb_a3.yaml): they validate with the settings their
-files cite, and each trains a few steps on the CPU through runner launch with every part of the recipe on."""
+"""The shipped recipes (experiments/resnet50_ffcv.yaml, resnet50_rsb_a3.yaml) validate with the settings their
+sources cite. tests/e2e/test_recipes.py trains each a few steps on the CPU."""
 from __future__ import annotations
 
 from runner.config.load import load_experiment

@@ -1,5 +1,5 @@
-"""runner evaluate and data.eval_splits against a real MLflow store holding a real (tiny) run: real DALI CPU
-pipelines, the torchvision loader, and 2-process gloo."""
+"""The evaluation report's numbers: per-class accuracy and the most confused pairs, read from known confusion
+matrices. tests/e2e/test_evaluate.py runs runner evaluate on a finished run."""
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,6 @@
-"""pipelines.train.resolution and data.repeats: FFCV's resolution ramp value for value, timm's RepeatAugSampler
-deal, the DALI train pipeline rebuilt per epoch at that side and in that order, the torchvision sampler, a CPU
-launch that logs each epoch's side and resumes mid-ramp bit for bit, and the errors."""
+"""pipelines.train.resolution and data.repeats without training: FFCV's resolution ramp value for value, timm's
+RepeatAugSampler deal, each epoch's DALI pipeline at its side and in its order, the torchvision sampler, preview
+and resume under a ramp, and the errors. tests/e2e/test_epoch_plan.py launches and resumes mid-ramp."""
 from __future__ import annotations
 
 from pathlib import Path

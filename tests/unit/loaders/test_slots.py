@@ -1,12 +1,7 @@
-"""Gradient accumulation (trainer.global_batch_size): the same YAML gives the same optimisation on 1 process or N.
-
-What matches, and why: a process accumulating over slots j reads, for each micro-step, the shard and seeds rank
-rank * accumulation + j of a run without accumulation reads, so the batches are the same bytes. In training mode
-BatchNorm normalises each forward by that forward's batch, and a micro-batch of the accumulating process is the
-batch of the matching process of the other run, so each micro-batch's loss is the same; the mean of the
-micro-batches' gradients is the mean DDP takes over processes. The train loss and lr curves therefore match to
-float tolerance. BatchNorm's running statistics do not (DDP keeps rank 0's, broadcast every forward; accumulation
-updates them with every micro-batch), so evaluation is left out of the comparison.
+"""Gradient accumulation's reader slots (trainer.global_batch_size): a global batch that is no whole number of
+batches is refused at its line; validate says how it is reached; a process with N slots reads, slot by slot, the
+batches N processes would read (the same shard and seeds), and its DALI threads are split between the slots.
+tests/e2e/test_accumulate.py trains both ways and compares the curves.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""runner export / reproduce / compare / sweep against a real MLflow store holding a real (tiny) run."""
+"""runner export / reproduce / sweep without training: missing stores and runs named, the sweep's grid and its
+mistakes, the snapshot a reproduction pins, drift's advice. tests/e2e/test_repro.py works on a finished run."""
 from __future__ import annotations
 
 import shutil

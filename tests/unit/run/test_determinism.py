@@ -1,6 +1,5 @@
-"""Determinism on the CPU: the same YAML gives bit-identical batches and loss curves, run twice, from a
-second copy of the working tree (its own working directory and store), with one process and with two
-(gloo DDP). Loss values are compared as floats with ==, not approximately."""
+"""Determinism of the batches: DALI's do not depend on its threads or prefetch depth, torchvision's not on its
+workers. tests/e2e/test_determinism.py trains twice, from a second checkout, on one process and on two."""
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,5 @@
-"""runner sweep over seeds and pipelines: each child trains the pipeline its `use` names, and the sweep ends
-with compare's groups (by the swept keys other than seed)."""
+"""runner sweep over seeds and pipelines, validated without training: the grid it plans, and a swept pipeline
+that lacks a set param named with its run. tests/e2e/test_sweep.py runs the children."""
 from __future__ import annotations
 
 from tests.helpers import PLAIN, RANDAUG, run_cli

@@ -1,4 +1,5 @@
-"""Tracking against real stores: a sqlite store in a temp dir, and a real `mlflow server` that dies."""
+"""The tracker against a real sqlite store in a temp dir: what arrives, batching, statuses, resume, refused
+entries, and the tracking URI's checks. tests/e2e/test_tracking.py takes a real `mlflow server` down."""
 from __future__ import annotations
 
 import logging

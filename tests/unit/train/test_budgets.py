@@ -1,5 +1,5 @@
-"""trainer.stop_at, trainer.time_to and trainer.eval_tta: the budget's bookkeeping, a CPU launch that stops at its
-target and logs the time-to metrics (shown by runner compare), a resume that keeps the clock, flip TTA, errors."""
+"""trainer.stop_at, trainer.time_to and trainer.eval_tta without training: the budget's bookkeeping, flip TTA's
+averaged logits, and the errors. tests/e2e/test_budgets.py launches to a target."""
 from __future__ import annotations
 
 import pytest

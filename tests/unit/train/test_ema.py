@@ -1,6 +1,5 @@
-"""trainer.ema: the decay against timm's ModelEmaV3, the averaged weights against timm's, equal on DDP ranks
-(2 gloo processes); and launches with mix and EMA on the CPU: bit-identical twice, bit-identical across a stop
-and --resume, eval_ema metrics in the MLflow store, the averaged weights in the checkpoint."""
+"""trainer.ema without launching: the decay against timm's ModelEmaV3, its warm-up values, and the averaged
+weights and BatchNorm statistics against timm's. tests/e2e/test_ema.py launches with mix and EMA."""
 from __future__ import annotations
 
 import pytest

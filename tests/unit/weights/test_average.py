@@ -1,6 +1,5 @@
-"""runner average: the float64 mean of known state dicts, and the command against a real MLflow store holding real
-(tiny) runs: the last K and the best K kept checkpoints averaged, evaluated and logged as a run linked to the
-source, and the refusals when a run kept too few."""
+"""runner average's arithmetic and choices: the float64 mean of known state dicts cast back, states that do not fit
+refused, the best K picked by the run's recorded metric. tests/e2e/test_average.py runs the command on real runs."""
 from __future__ import annotations
 
 from pathlib import Path

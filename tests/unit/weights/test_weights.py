@@ -1,6 +1,6 @@
-"""Weights that travel: checkpoints in the run's artifact store (last, best, keep N; queued while the store is
-down, delivered by `runner tracking sync`), fetched back from another store, and model.init fine-tuning from a
-checkpoint file, a run id or a torchvision state dict. Real MLflow stores, real torch, real launches."""
+"""model.init's weights without training: a torchvision state dict, a DDP state dict without its prefix, skip
+patterns, strict mode naming every key that does not fit, and each model's classifier keys.
+tests/e2e/test_weights.py launches, keeps checkpoints in stores and fine-tunes from them."""
 from __future__ import annotations
 
 from pathlib import Path
