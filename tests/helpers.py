@@ -164,18 +164,44 @@ def runs_tagged(uri: str, tag: str, value: str) -> list:
     return list(client.search_runs(ids, f"tags.`{tag}` = '{value}'"))
 
 
+def runner_env() -> dict[str, str]:
+    """The environment of a `python -m runner` a test starts: this checkout's runner, output unbuffered (its
+    children's too), and the store of its working directory unless its arguments name another."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
 def launched(workdir, *args: str) -> str:
     """`runner launch ARGS` in a process of its own (MLflow keeps a store per process), its output."""
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    done = subprocess.run([sys.executable, "-m", "runner", "launch", *args], cwd=workdir, env=env, text=True,
+    done = subprocess.run([sys.executable, "-m", "runner", "launch", *args], cwd=workdir, env=runner_env(), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:]
     return done.stdout
+
+
+def runner_process(workdir, *args, **popen) -> subprocess.Popen:
+    """`python -m runner ARGS` started in `workdir`, its stdout and stderr one text pipe; `popen` goes to Popen
+    (start_new_session=True, ...)."""
+    return subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)], cwd=workdir, env=runner_env(),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+
+
+def output_of(proc: subprocess.Popen, code: int = 0) -> str:
+    """All a runner_process printed, once it has exited with `code`."""
+    out = proc.stdout.read()
+    assert proc.wait(timeout=600) == code, out[-3000:]
+    return out
+
+
+def wait_for_text(path: Path, text: str, timeout: float = 300) -> None:
+    """Wait until the file at `path` holds `text` (a log another process writes)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} never appeared in {path}:\n" + (path.read_text()[-3000:] if path.exists() else ""))
 
 
 # a pipeline whose "images" are the file paths, so tests can see which samples each rank read

@@ -3,10 +3,7 @@
 and --resume, eval_ema metrics in the MLflow store, the averaged weights in the checkpoint."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,7 @@ from torch import nn
 from runner.config.sections import EmaConfig
 from runner.train.ema import ModelEma
 from tests.fixtures.ema import checksum, small_net, train_steps
-from tests.helpers import REPO, free_port, write_image_folder
+from tests.helpers import REPO, free_port, output_of, runner_process, write_image_folder
 
 EXPERIMENT = """\
 name: recipe
@@ -44,19 +41,6 @@ tracking: {experiment: recipe}
 KEYS = ("train/loss", "train/top1", "eval/loss", "eval/top1", "eval_ema/loss", "eval_ema/top1")
 
 
-def runner(workdir: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.Popen([sys.executable, "-u", "-m", "runner", *args], cwd=workdir, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def finished(proc: subprocess.Popen, code: int = 0) -> str:
-    out = proc.stdout.read()
-    assert proc.wait(timeout=600) == code, out[-3000:]
-    return out
-
-
 def histories(workdir: Path, run_name: str) -> tuple[object, dict[str, dict[int, float]]]:
     client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
     exp = client.get_experiment_by_name("recipe")
@@ -75,7 +59,7 @@ def workdir(module_tmp) -> Path:
     (root / "experiments" / "recipe.yaml").write_text(EXPERIMENT)
     write_image_folder(root / "data" / "train", classes=3, per_class=8, seed=1)
     write_image_folder(root / "data" / "val", classes=3, per_class=3, seed=2)
-    out = finished(runner(root, "launch", "experiments/recipe.yaml", "tracking.run_name=full"))
+    out = output_of(runner_process(root, "launch", "experiments/recipe.yaml", "tracking.run_name=full"))
     assert "ema: loss" in out and "eval top-1 (EMA)" in out
     return root
 
@@ -95,7 +79,7 @@ def test_eval_ema_metrics_are_logged_and_the_checkpoint_holds_the_average(workdi
 
 
 def test_two_launches_with_mix_and_ema_are_bit_identical(workdir):
-    finished(runner(workdir, "launch", "experiments/recipe.yaml", "tracking.run_name=again"))
+    output_of(runner_process(workdir, "launch", "experiments/recipe.yaml", "tracking.run_name=again"))
     _, full = histories(workdir, "full")
     _, again = histories(workdir, "again")
     for key in KEYS:
@@ -103,22 +87,22 @@ def test_two_launches_with_mix_and_ema_are_bit_identical(workdir):
 
 
 def test_a_run_stopped_mid_epoch_and_resumed_ends_as_the_unstopped_one(workdir):
-    cut = runner(workdir, "launch", "experiments/recipe.yaml", "tracking.run_name=cut")
+    cut = runner_process(workdir, "launch", "experiments/recipe.yaml", "tracking.run_name=cut")
     for line in cut.stdout:
         if "(global 9)" in line:  # epoch 2, batch 3 of 6: after an EMA update at step 8, before the next
             break
     cut.send_signal(signal.SIGTERM)
-    finished(cut, 143)
+    output_of(cut, 143)
     run, _ = histories(workdir, "cut")
     state = torch.load(Path(workdir, run.data.tags["runner.checkpoint"]), weights_only=False)
     assert state["epoch"] == 1 and 0 < state["batch"] < 6 and state["ema"] is not None
-    finished(runner(workdir, "resume", run.info.run_id))
+    output_of(runner_process(workdir, "resume", run.info.run_id))
     _, resumed = histories(workdir, "cut")
     _, full = histories(workdir, "full")
     assert resumed == full  # every step's train loss and top-1, and both evaluations, bit for bit
 
-    refused = finished(runner(workdir, "launch", "experiments/recipe.yaml", "--resume", "last", "trainer.ema=null"),
-                       code=2)
+    refused = output_of(runner_process(workdir, "launch", "experiments/recipe.yaml", "--resume", "last",
+                                       "trainer.ema=null"), code=2)
     assert ("cannot resume under these settings: trainer.ema: on in the checkpoint, off now. Its model, optimizer "
             "and data readers' positions were saved under the checkpoint's values") in refused
 

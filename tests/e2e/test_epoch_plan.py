@@ -3,29 +3,13 @@ deal, the DALI train pipeline rebuilt per epoch at that side and in that order, 
 launch that logs each epoch's side and resumes mid-ramp bit for bit, and the errors."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 from mlflow import MlflowClient
 
-from tests.helpers import REPO
-
-
-def runner_process(workdir: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.Popen([sys.executable, "-u", "-m", "runner", *args], cwd=workdir, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def finished(proc: subprocess.Popen, code: int = 0) -> str:
-    out = proc.stdout.read()
-    assert proc.wait(timeout=600) == code, out[-3000:]
-    return out
+from tests.helpers import output_of, runner_process
 
 
 def histories(workdir: Path, run_name: str, keys=("train/loss", "train/top1", "eval/loss", "epoch/train_resolution")):
@@ -36,7 +20,7 @@ def histories(workdir: Path, run_name: str, keys=("train/loss", "train/top1", "e
 
 
 def test_a_launch_logs_each_epochs_side_and_resumes_mid_ramp_bit_for_bit(ramp):
-    finished(runner_process(ramp, "launch", "experiments/ramp.yaml", "tracking.run_name=full"))
+    output_of(runner_process(ramp, "launch", "experiments/ramp.yaml", "tracking.run_name=full"))
     _, full = histories(ramp, "full")
     assert {e: float.fromhex(x) for e, x in full["epoch/train_resolution"].items()} == {1: 32, 2: 48, 3: 48, 4: 64}
     assert len(full["train/loss"]) == 4 * 6  # 24 images an epoch with repeats as without, batch 4
@@ -45,10 +29,10 @@ def test_a_launch_logs_each_epochs_side_and_resumes_mid_ramp_bit_for_bit(ramp):
         if "(global 14)" in line:  # epoch 3 (side 48), batch 2 of 6
             break
     cut.send_signal(signal.SIGTERM)
-    finished(cut, 143)
+    output_of(cut, 143)
     run, _ = histories(ramp, "cut")
     state = torch.load(Path(ramp, run.data.tags["runner.checkpoint"]), weights_only=False)
     assert state["epoch"] == 2 and 0 < state["batch"] < 6 and state["loader_states"][0]["epoch"] == 2
-    finished(runner_process(ramp, "resume", run.info.run_id))
+    output_of(runner_process(ramp, "resume", run.info.run_id))
     _, resumed = histories(ramp, "cut")
     assert resumed == full  # every step's loss, each evaluation and each epoch's side, bit for bit

@@ -12,7 +12,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from tests.helpers import write_image_folder
+from tests.helpers import runner_process, write_image_folder
 
 EXPERIMENT = """\
 name: tiny
@@ -51,14 +51,9 @@ def workdir(tmp_path):
 def reference(module_tmp):
     """One uninterrupted run that the interrupted ones are compared with."""
     root = make_workdir(module_tmp)
-    full = runner(root, "launch", "experiments/tiny.yaml", "tracking.run_name=full")
+    full = runner_process(root, "launch", "experiments/tiny.yaml", "tracking.run_name=full")
     assert full.wait(timeout=300) == 0, full.stdout.read()
     return root
-
-
-def runner(workdir, *args, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-u", "-m", "runner", *map(str, args)], cwd=workdir, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
 
 
 def wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
@@ -83,7 +78,7 @@ def history(workdir, run_name, key="train/loss"):
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_stop_mid_epoch_then_resume_continues_bit_identically(reference, sig, code):
     workdir, name = reference, f"cut-{sig.name}"
-    cut = runner(workdir, "launch", "experiments/tiny.yaml", f"tracking.run_name={name}")
+    cut = runner_process(workdir, "launch", "experiments/tiny.yaml", f"tracking.run_name={name}")
     wait_for(cut, "(global 8)")  # epoch 2, batch 2 of 6
     cut.send_signal(sig)
     out = cut.stdout.read()
@@ -94,7 +89,7 @@ def test_stop_mid_epoch_then_resume_continues_bit_identically(reference, sig, co
     state = torch.load(ckpt, weights_only=False)
     assert state["epoch"] == 1 and 0 < state["batch"] < 6 and state["step"] == 6 + state["batch"]
     assert state["loader_states"][0]  # DALI's reader and RNG state
-    resumed = runner(workdir, "resume", run.info.run_id)
+    resumed = runner_process(workdir, "resume", run.info.run_id)
     assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
     run, after = history(workdir, name)
     _, expected = history(workdir, "full")
@@ -110,7 +105,7 @@ def test_resume_where_the_checkpoint_is_not_fetches_the_last_logged_one(referenc
     import shutil
 
     workdir, name = reference, f"cut-elsewhere-{command}"
-    cut = runner(workdir, "launch", "experiments/tiny.yaml", f"tracking.run_name={name}")
+    cut = runner_process(workdir, "launch", "experiments/tiny.yaml", f"tracking.run_name={name}")
     wait_for(cut, "(global 8)")
     cut.send_signal(signal.SIGTERM)
     out = cut.stdout.read()
@@ -121,7 +116,7 @@ def test_resume_where_the_checkpoint_is_not_fetches_the_last_logged_one(referenc
     shutil.rmtree(folder)  # resumed on another machine, which has the store but not the run's folder
     how = ["resume", run.info.run_id] if command == "resume" else ["launch", "experiments/tiny.yaml", "--resume",
                                                                    run.info.run_id[:8]]
-    resumed = runner(workdir, *how)
+    resumed = runner_process(workdir, *how)
     out = resumed.stdout.read()
     assert resumed.wait(timeout=300) == 0, out
     assert f"checkpoint is not on this machine: fetched its last logged one (step {step})" in out
@@ -139,13 +134,13 @@ def test_resume_where_the_checkpoint_is_not_fetches_the_last_logged_one(referenc
 def test_resume_without_the_checkpoint_here_or_in_the_store_says_so(workdir):
     import shutil
 
-    done = runner(workdir, "launch", "experiments/tiny.yaml", "trainer.epochs=1", "trainer.checkpoint_log=false",
-                  "tracking.run_name=unlogged")
+    done = runner_process(workdir, "launch", "experiments/tiny.yaml", "trainer.epochs=1",
+                          "trainer.checkpoint_log=false", "tracking.run_name=unlogged")
     assert done.wait(timeout=300) == 0, done.stdout.read()
     run, _ = history(workdir, "unlogged")
     written = run.data.tags["runner.checkpoint"]
     shutil.rmtree(Path(workdir, written).parent)
-    resumed = runner(workdir, "resume", run.info.run_id)
+    resumed = runner_process(workdir, "resume", run.info.run_id)
     out = resumed.stdout.read()
     assert resumed.wait(timeout=120) == 2
     assert out == (f"error: command line: run {run.info.run_id} has no checkpoint on this machine (tag "
@@ -155,7 +150,7 @@ def test_resume_without_the_checkpoint_here_or_in_the_store_says_so(workdir):
 
 
 def test_a_resume_from_a_run_neither_here_nor_in_the_store_is_refused(workdir):
-    proc = runner(workdir, "launch", "experiments/tiny.yaml", "--resume", "0123abcd")
+    proc = runner_process(workdir, "launch", "experiments/tiny.yaml", "--resume", "0123abcd")
     out = proc.stdout.read()
     assert proc.wait(timeout=120) == 2, out
     assert out.endswith("error: --resume 0123abcd: not a checkpoint file, a run folder, a run id with a checkpoint "
@@ -197,14 +192,14 @@ def corrupt(workdir) -> str:
 
 def test_a_file_that_does_not_decode_is_named_then_skipped(workdir):
     bad = corrupt(workdir)
-    first = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.epochs=1")
+    first = runner_process(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.epochs=1")
     out = first.stdout.read()
     assert first.wait(timeout=300) == 2
     assert "Traceback" not in out
     assert (f"error: data/train: the train pipeline failed to decode an image (nvImageCodec failure: '#4'). 1 "
             f"file(s) here do not decode: {bad} (not an image (a text file: 'not a jpeg')). They are now listed in "
             "data/train/.runner-bad-files.txt, so the next run leaves them out: run the same command again.") in out
-    second = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.epochs=1")
+    second = runner_process(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.epochs=1")
     out = second.stdout.read()
     assert second.wait(timeout=300) == 0, out
     assert "FINISHED" in out
@@ -213,7 +208,7 @@ def test_a_file_that_does_not_decode_is_named_then_skipped(workdir):
 def test_ddp_a_failing_rank_ends_every_rank_and_is_reported_first(workdir):
     corrupt(workdir)
     start = time.monotonic()
-    proc = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.devices=2")
+    proc = runner_process(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.devices=2")
     out = proc.stdout.read()
     assert proc.wait(timeout=120) == 2, out
     assert time.monotonic() - start < 60
@@ -225,8 +220,8 @@ def test_ddp_a_failing_rank_ends_every_rank_and_is_reported_first(workdir):
 
 def test_ddp_a_killed_rank_ends_every_rank(workdir):
     start = time.monotonic()
-    proc = runner(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.devices=2",
-                  "trainer.epochs=50", start_new_session=True)
+    proc = runner_process(workdir, "launch", "experiments/tiny.yaml", "tracking.enabled=false", "trainer.devices=2",
+                          "trainer.epochs=50", start_new_session=True)
     wait_for(proc, "(global 3)")
     victim = next(pid for pid in _children(proc.pid) if _env(pid).get("RANK") == "1")
     os.kill(victim, signal.SIGKILL)
@@ -252,13 +247,13 @@ def _env(pid: int) -> dict[str, str]:
 
 
 def test_resume_under_settings_the_checkpoint_does_not_fit_is_refused_before_anything_starts(workdir):
-    done = runner(workdir, "launch", "experiments/tiny.yaml", "trainer.max_steps=2", "tracking.run_name=short")
+    done = runner_process(workdir, "launch", "experiments/tiny.yaml", "trainer.max_steps=2", "tracking.run_name=short")
     assert done.wait(timeout=300) == 0, done.stdout.read()
     run, _ = history(workdir, "short")
     ckpt = Path(workdir, run.data.tags["runner.checkpoint"])
     saved = ckpt.read_bytes()
-    refused = runner(workdir, "launch", "experiments/tiny.yaml", "--resume", "last", "data.batch_size=8",
-                     "pipelines.train.hybrid.share=0.5", "pipelines.train.hybrid.params.decode_device=cpu")
+    refused = runner_process(workdir, "launch", "experiments/tiny.yaml", "--resume", "last", "data.batch_size=8",
+                             "pipelines.train.hybrid.share=0.5", "pipelines.train.hybrid.params.decode_device=cpu")
     out = refused.stdout.read()
     assert refused.wait(timeout=120) == 2
     assert out.splitlines()[-1] == (
@@ -268,7 +263,7 @@ def test_resume_under_settings_the_checkpoint_does_not_fit_is_refused_before_any
         "random now. Its model, optimizer and data readers' "
         "positions were saved under the checkpoint's values: launch with those, or start a new run without --resume.")
     assert "Traceback" not in out and ckpt.read_bytes() == saved
-    two = runner(workdir, "launch", "experiments/tiny.yaml", "--resume", "last", "trainer.devices=2")
+    two = runner_process(workdir, "launch", "experiments/tiny.yaml", "--resume", "last", "trainer.devices=2")
     out = two.stdout.read()
     assert two.wait(timeout=120) == 2 and "torchrun" not in out  # refused once, before any process is started
     assert [ln for ln in out.splitlines() if ln.startswith("error:")] == [

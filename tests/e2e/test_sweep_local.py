@@ -9,11 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from mlflow import MlflowClient
 
-from tests.helpers import REPO, write_image_folder
+from tests.helpers import REPO, wait_for_text, write_image_folder
 
 STEPS = 18  # 3 epochs of 6 batches
 
@@ -30,15 +29,6 @@ pipelines:
   eval: {use: imagenet_eval, params: {size: 32, resize_shorter: 36, decode_device: cpu}}
 tracking: {experiment: study}
 """
-
-
-def wait_for_text(path: Path, text: str, timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"{text!r} never appeared in {path}:\n" + (path.read_text()[-3000:] if path.exists() else ""))
 
 
 def test_children_run_side_by_side_stop_together_and_resume(project):

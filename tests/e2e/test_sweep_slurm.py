@@ -9,14 +9,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
-from tests.helpers import REPO, write_image_folder
+from tests.helpers import REPO, runner_process, wait_for_text, write_image_folder
 
 PLAIN, RANDAUG = "imagenet_train", "imagenet_train_randaugment"
 
@@ -79,12 +77,6 @@ def workdir(slurm, tmp_path_factory) -> Path:
     return root
 
 
-def runner(workdir: Path, *args) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)], cwd=workdir, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
 def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
     out, _ = proc.communicate(timeout=timeout)
     return proc.returncode, out
@@ -93,15 +85,6 @@ def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
 def sweep_folder(out: str) -> Path:
     line = next(line for line in out.splitlines() if "sweep folder " in line)
     return Path(line.split("sweep folder ", 1)[1].split(" (", 1)[0])
-
-
-def wait_for_text(path: Path, text: str, timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{text!r} never appeared in {path}:\n" + (path.read_text()[-3000:] if path.exists() else ""))
 
 
 def curve(uri: str, run_id: str, key: str = "train/loss") -> dict[int, float]:
@@ -118,8 +101,8 @@ def children_of(uri: str, parent: str) -> dict[int, object]:
 
 def test_a_study_on_slurm_survives_a_cancelled_child_and_lands_its_grouped_table(workdir):
     uri = f"sqlite:///{workdir}/mlflow.db"
-    sweep = runner(workdir, "sweep", "experiments/study.yaml", "seed=0,1", f"pipelines.train.use={PLAIN},{RANDAUG}",
-                   "--launcher", "slurm")
+    sweep = runner_process(workdir, "sweep", "experiments/study.yaml", "seed=0,1",
+                           f"pipelines.train.use={PLAIN},{RANDAUG}", "--launcher", "slurm")
     seen = []
     for line in sweep.stdout:  # read until the sweep names its folder and jobs
         seen.append(line)
@@ -145,7 +128,7 @@ def test_a_study_on_slurm_survives_a_cancelled_child_and_lands_its_grouped_table
     stopped = children_of(uri, parent)[2]
     assert stopped.info.status == "KILLED" and len(curve(uri, stopped.info.run_id)) < STEPS
 
-    resume = runner(workdir, "sweep", "--resume", parent)
+    resume = runner_process(workdir, "sweep", "--resume", parent)
     code, out = finish(resume)
     assert code == 0, out
     assert "running again: 2\n" in out.replace("\n  ", " ")
@@ -158,8 +141,8 @@ def test_a_study_on_slurm_survives_a_cancelled_child_and_lands_its_grouped_table
     assert "restart 0" in (folder / "002" / "log.txt").read_text()
 
     # the same child, never interrupted: its frozen experiment launched by hand, into another store
-    again = runner(workdir, "launch", folder / "002" / "experiment.yaml", "tracking.uri=sqlite:///again.db",
-                   f"trainer.checkpoint_dir={workdir / 'again-ckpt'}", "~tracking.tags")
+    again = runner_process(workdir, "launch", folder / "002" / "experiment.yaml", "tracking.uri=sqlite:///again.db",
+                           f"trainer.checkpoint_dir={workdir / 'again-ckpt'}", "~tracking.tags")
     code, out = finish(again)
     assert code == 0, out
     (full,) = MlflowClient(f"sqlite:///{workdir}/again.db").search_runs(
@@ -179,8 +162,8 @@ def test_a_study_on_slurm_survives_a_cancelled_child_and_lands_its_grouped_table
 
 
 def test_a_misconfigured_child_fails_alone_with_its_error_in_its_log(workdir):
-    sweep = runner(workdir, "sweep", "experiments/study.yaml", "model.name=resnet18,resnet1800", "trainer.max_steps=2",
-                   "--launcher", "slurm", "tracking.experiment=misconfigured")
+    sweep = runner_process(workdir, "sweep", "experiments/study.yaml", "model.name=resnet18,resnet1800",
+                           "trainer.max_steps=2", "--launcher", "slurm", "tracking.experiment=misconfigured")
     code, out = finish(sweep)
     assert code == 2, out  # only config failures
     folder = sweep_folder(out)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.helpers import REPO, free_port, write_image_folder
+from tests.helpers import REPO, free_port, wait_for_text, write_image_folder
 
 STEPS = 18  # 3 epochs of 6 batches
 
@@ -93,15 +93,6 @@ class TrackingServer:
         out, _ = self.proc.communicate(timeout=120)
         assert self.proc.returncode == 128 + signal.SIGTERM, out
         return out
-
-
-def wait_for_text(path: Path, text: str, timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"{text!r} never appeared in {path}:\n" + (path.read_text()[-3000:] if path.exists() else ""))
 
 
 def test_the_server_restarts_and_the_database_keeps_its_runs(server_dir):
